@@ -1,0 +1,114 @@
+"""The AOT grid: grids/stages.yaml expanded into stage specs, split into accepted and refused.
+
+``aot_stage_specs()`` is the accepted grid (what the build compiles and the runtime may pick);
+``refused_stage_specs()`` lists the rest with the rule that refused each.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from . import config
+from .refusals import Refused, spec_refusal
+from .specs import SPEC_CLASSES, StageSpec, spec_from_fields
+from .vocab import Stage
+
+GRID_STAGES = (Stage.FILTER, Stage.PRESCALE, Stage.INPUT, Stage.OUTPUT)
+_NOT_AXES = {"name", "description", "combos"}
+
+
+@dataclass(frozen=True)
+class RefusedSpec:
+    spec: StageSpec
+    subgrid: str
+    refusal: Refused
+
+
+def _points(subgrid: dict[str, Any]):
+    axes = {k: v for k, v in subgrid.items() if k not in _NOT_AXES}
+    combos = subgrid.get("combos", [{}])
+    keys = list(axes)
+    for combo in combos:
+        for values in itertools.product(*(axes[k] for k in keys)):
+            point = dict(zip(keys, values, strict=True))
+            point.update(combo)
+            yield point
+
+
+def _excluded(stage: str, fields: dict[str, Any], exclusions: list[dict]) -> Refused | None:
+    for index, rule in enumerate(exclusions):
+        if rule["stage"] != stage:
+            continue
+        match = {k: v for k, v in rule.items() if k not in ("stage", "reason")}
+        if all(fields.get(k) == v for k, v in match.items()):
+            return Refused("grid_exclude", f"excluded by grids/stages.yaml exclude[{index}]: "
+                                           f"{rule['reason']}")
+    return None
+
+
+@lru_cache(maxsize=1)
+def expand() -> tuple[dict[Stage, tuple[StageSpec, ...]], tuple[RefusedSpec, ...]]:
+    """Expand the declared grid once: accepted specs per stage (in declaration order,
+    de-duplicated by name) and the refused ones with their reasons."""
+    data = config.declared("stages")
+    accepted: dict[Stage, dict[str, StageSpec]] = {stage: {} for stage in GRID_STAGES}
+    refused: dict[str, RefusedSpec] = {}
+    for stage in GRID_STAGES:
+        subgrids = data["stages"].get(stage.short, [])
+        names = [s["name"] for s in subgrids]
+        if len(set(names)) != len(names):
+            raise config.ConfigError(f"grids/stages.yaml: stages.{stage.short}: sub-grid names "
+                                     f"must be unique, got {names}")
+        for subgrid in subgrids:
+            for point in _points(subgrid):
+                try:
+                    spec = spec_from_fields(stage, point)
+                except ValueError as err:
+                    raise config.ConfigError(
+                        f"grids/stages.yaml: stages.{stage.short}[{subgrid['name']}]: {err}"
+                    ) from None
+                name = spec.name
+                if name in accepted[stage] or name in refused:
+                    continue
+                why = _excluded(stage.short, spec.fields_dict(), data.get("exclude", []))
+                why = why or spec_refusal(spec)
+                if why is None:
+                    accepted[stage][name] = spec
+                else:
+                    refused[name] = RefusedSpec(spec, subgrid["name"], why)
+    frozen = {stage: tuple(specs.values()) for stage, specs in accepted.items()}
+    return frozen, tuple(refused.values())
+
+
+def aot_stage_specs(stage: Stage | None = None) -> tuple[StageSpec, ...]:
+    """The accepted grid: every spec of one stage, or of all stages."""
+    accepted, _ = expand()
+    if stage is not None:
+        return accepted[stage]
+    return tuple(itertools.chain.from_iterable(accepted.values()))
+
+
+def refused_stage_specs() -> tuple[RefusedSpec, ...]:
+    return expand()[1]
+
+
+@lru_cache(maxsize=1)
+def _names() -> frozenset[str]:
+    return frozenset(spec.name for spec in aot_stage_specs())
+
+
+def in_grid(spec: StageSpec) -> bool:
+    return spec.name in _names()
+
+
+def spec_by_name(name: str) -> StageSpec:
+    for spec in aot_stage_specs():
+        if spec.name == name:
+            return spec
+    raise KeyError(f"no kernel named {name!r} in the grid; `wino grid` lists them")
+
+
+assert set(SPEC_CLASSES) == set(GRID_STAGES)

@@ -1,0 +1,146 @@
+"""The vocabulary: one Enum per axis a kernel varies on, with its short name and C tags.
+
+Every other module (specs, templates, runtime) speaks these names; templates use the tags,
+never raw strings.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Stage(enum.Enum):
+    """A pipeline stage of the unfused2d_rt plan."""
+
+    FILTER = "k1"  # U = G g Gt (+ per-k power-of-two scale)
+    PRESCALE = "k2a"  # per-tile max|x| -> tile scale (split prescale only)
+    INPUT = "k2"  # V = Bt d B (times the tile scale)
+    GEMM = "k3"  # M = V . Ut per (bin, group), from the target's GEMM library
+    OUTPUT = "k4"  # y = At M A / (tile scale * filter scale)
+
+    @property
+    def short(self) -> str:
+        return self.value
+
+
+class DType(enum.Enum):
+    """Storage dtypes. Arithmetic is always fp32."""
+
+    FP16 = "fp16"
+    BF16 = "bf16"
+    FP32 = "fp32"
+
+    @property
+    def short(self) -> str:
+        return self.value
+
+    @property
+    def itemsize(self) -> int:
+        return 4 if self is DType.FP32 else 2
+
+    @property
+    def c_storage(self) -> str:
+        """The C type a buffer of this dtype is declared with (raw bits for 16-bit types)."""
+        return "float" if self is DType.FP32 else "unsigned short"
+
+    @property
+    def numpy_name(self) -> str:
+        return {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[self.value]
+
+    @property
+    def largest_finite(self) -> float:
+        return {"fp16": 65504.0, "bf16": 3.3895313892515355e38, "fp32": 3.4028234663852886e38}[
+            self.value
+        ]
+
+    @classmethod
+    def parse(cls, text: str) -> DType:
+        aliases = {"half": "fp16", "float16": "fp16", "bfloat16": "bf16", "float": "fp32",
+                   "float32": "fp32"}
+        return cls(aliases.get(text, text))
+
+
+class Target(enum.Enum):
+    """Where a kernel runs: the host C target, CUDA (H200, sm_90) or HIP (AMD, compile only)."""
+
+    C = "c"
+    CUDA = "cuda"
+    HIP = "hip"
+
+    @property
+    def short(self) -> str:
+        return self.value
+
+
+class K2Path(enum.Enum):
+    """How K2 gathers its input window."""
+
+    REGISTER = "reg"  # each thread loads its alpha x alpha window into registers
+    LDS = "lds"  # a workgroup stages a region of overlapping tiles in shared memory
+
+    @property
+    def short(self) -> str:
+        return self.value
+
+
+class Prescale(enum.Enum):
+    """How the per-tile power-of-two input scale is found."""
+
+    NONE = "none"  # no tile scale (scale 1)
+    FUSED = "fused"  # one K2 workgroup reduces the max over the tile's channel lanes
+    SPLIT = "split"  # a separate K2a kernel writes the tile scales first
+
+    @property
+    def short(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Tile:
+    """An output tile F(mh x mw, 3x3): mh rows, mw columns of outputs per tile."""
+
+    mh: int
+    mw: int
+
+    @property
+    def name(self) -> str:
+        return f"F{self.mh}x{self.mw}"
+
+    @property
+    def ah(self) -> int:
+        return self.mh + 2
+
+    @property
+    def aw(self) -> int:
+        return self.mw + 2
+
+    @property
+    def bins(self) -> int:
+        """A = ah * aw: the number of Winograd-domain bins (batched GEMMs)."""
+        return self.ah * self.aw
+
+    @classmethod
+    def parse(cls, text: str) -> Tile:
+        body = text.upper().removeprefix("F")
+        try:
+            rows, cols = (int(part) for part in body.split("X"))
+        except ValueError:
+            raise ValueError(f"tile {text!r}: expected 'F<rows>x<cols>', like F4x4") from None
+        tile = cls(rows, cols)
+        if tile not in TILES:
+            names = ", ".join(t.name for t in TILES)
+            raise ValueError(f"tile {text!r} is not one of the supported tiles: {names}")
+        return tile
+
+    def __str__(self) -> str:
+        return self.name
+
+
+#: Every supported tile (rows x cols); the order is the order of listings and sweeps.
+TILES: tuple[Tile, ...] = tuple(
+    Tile(mh, mw) for mh, mw in [(2, 2), (4, 4), (6, 6), (6, 4), (4, 6), (6, 2), (2, 6), (4, 2),
+                                (2, 4)]
+)
+
+VECS: tuple[int, ...] = (1, 2, 4, 8)

@@ -1,0 +1,79 @@
+"""Winograd F(m, 3) matrices from interpolation points, in exact rationals.
+
+Construction (Toom-Cook, transposed for correlation; andravin/wincnn, Lavin & Gray 2015,
+https://github.com/andravin/wincnn): with n = m + 2 and finite points a_0..a_{n-2} plus the point
+at infinity,
+  - At (m x n): At[i][j] = a_j^i; the infinity column is 1 in the last row only;
+  - G  (n x 3): G[j][k] = a_j^k / f_j with f_j = prod_{l != j} (a_j - a_l); infinity row (0, 0, 1);
+  - Bt (n x n): row j holds the coefficients of prod_{l != j} (x - a_l) by increasing power;
+    the infinity row those of prod_l (x - a_l).
+Then y = At [ (G g) * (Bt d) ] is the correlation y_i = sum_k g_k d_{i+k}, and in 2-D
+Y = At_h [ (G_h g G_w^T) * (Bt_h d B_w) ] A_w.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import lru_cache
+
+R = 3  # filter taps
+
+#: Interpolation points per output size m (DESIGN.md: F(2,3), F(4,3), F(6,3)).
+POINTS: dict[int, tuple[Fraction, ...]] = {
+    2: tuple(Fraction(p) for p in (0, 1, -1)),
+    4: tuple(Fraction(p) for p in (0, 1, -1, 2, -2)),
+    6: tuple(Fraction(p) for p in ("0", "1", "-1", "2", "-2", "1/2", "-1/2")),
+}
+
+Matrix = tuple[tuple[Fraction, ...], ...]
+
+
+def _poly_from_roots(roots: list[Fraction], n: int) -> tuple[Fraction, ...]:
+    """Coefficients (increasing power, padded to n) of prod (x - r)."""
+    coeffs = [Fraction(1)]
+    for root in roots:
+        shifted = [Fraction(0)] + coeffs  # x * p
+        scaled = [-root * c for c in coeffs] + [Fraction(0)]  # -root * p
+        coeffs = [a + b for a, b in zip(shifted, scaled, strict=True)]
+    return tuple(coeffs + [Fraction(0)] * (n - len(coeffs)))
+
+
+@lru_cache(maxsize=None)
+def matrices(m: int) -> tuple[Matrix, Matrix, Matrix]:
+    """(At, G, Bt) for F(m, 3) as tuples of Fractions: At is m x n, G is n x 3, Bt is n x n."""
+    if m not in POINTS:
+        raise ValueError(f"F({m},3): no interpolation points; supported m are {sorted(POINTS)}")
+    points = list(POINTS[m])
+    n = m + R - 1
+    at = tuple(
+        tuple(points[j] ** i for j in range(n - 1)) + (Fraction(int(i == m - 1)),)
+        for i in range(m)
+    )
+    g_rows = []
+    bt_rows = []
+    for j, aj in enumerate(points):
+        others = points[:j] + points[j + 1 :]
+        f_j = Fraction(1)
+        for al in others:
+            f_j *= aj - al
+        g_rows.append(tuple(aj**k / f_j for k in range(R)))
+        bt_rows.append(_poly_from_roots(others, n))
+    g_rows.append((Fraction(0), Fraction(0), Fraction(1)))
+    bt_rows.append(_poly_from_roots(points, n))
+    return at, tuple(g_rows), tuple(bt_rows)
+
+
+def transpose(mat: Matrix) -> Matrix:
+    return tuple(zip(*mat, strict=True))
+
+
+def matmul(a: Matrix, b: Matrix) -> Matrix:
+    return tuple(
+        tuple(sum((x * y for x, y in zip(row, col, strict=True)), Fraction(0)) for col in zip(*b))
+        for row in a
+    )
+
+
+def growth(mat: Matrix) -> Fraction:
+    """Largest absolute row sum: how much a transform can grow max|input|, per dimension."""
+    return max(sum(abs(x) for x in row) for row in mat)
