@@ -1,0 +1,135 @@
+"""The cache format: the only contract between the build (writer) and the runtime (reader).
+
+Layout: ``build/cache/v<FORMAT>/<target>/<flavor>/``
+  manifest.json          the single point of publication (written to a temp file, then renamed)
+  bin/<name>-<hash>.<ext> binaries addressed by a content hash of everything that changes them
+A flavor names one toolchain configuration (compiler identity and arch), e.g. ``gcc-12.2.0``
+or ``nvcc-13.0-sm_90``. The runtime trusts the manifest and each binary's sha256, never doit's
+database.
+
+Manifest (schema/manifest.schema.json)::
+
+  {"format": 1, "target": "c", "flavor": "...", "toolchain": {"compiler": ..., "version": ...,
+   "flags": [...], "arch": ...},
+   "kernels": {"<kernel name>": {"stage": "k2", "spec": {<spec fields>}, "symbol": "<name>",
+               "binary": "bin/<name>-<hash>.so", "sha256": "<hex>", "source_sha256": "<hex>",
+               "registers": null | int, "spills": null | int, "extra": {...}}}}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from . import config
+from .launch import FORMAT
+from .specs import StageSpec, spec_from_fields
+from .vocab import Target
+
+MANIFEST = "manifest.json"
+
+
+def cache_root(root: Path | None = None) -> Path:
+    """build/cache/v<FORMAT> (override the build folder with WINO_BUILD)."""
+    base = Path(os.environ.get("WINO_BUILD", root or config.ROOT / "build"))
+    return base / "cache" / f"v{FORMAT}"
+
+
+def flavor_dir(target: Target, flavor: str, root: Path | None = None) -> Path:
+    return cache_root(root) / target.value / flavor
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
+    """Validate, then publish atomically: temp file in the same folder, fsync, rename."""
+    config.validate(manifest, "manifest", str(directory / MANIFEST))
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(manifest, handle, indent=1, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, directory / MANIFEST)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return directory / MANIFEST
+
+
+@dataclass(frozen=True)
+class CachedKernel:
+    name: str
+    spec: StageSpec
+    symbol: str
+    path: Path
+    sha256: str
+    registers: int | None
+    spills: int | None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    target: Target
+    flavor: str
+    directory: Path
+    toolchain: dict[str, Any]
+    kernels: dict[str, CachedKernel]
+
+    def kernel(self, name: str, verify: bool = True) -> CachedKernel:
+        """The named kernel; raises KeyError naming the missing kernel and the build command."""
+        if name not in self.kernels:
+            raise KeyError(
+                f"kernel {name} is not in the {self.target.value} cache "
+                f"({self.directory / MANIFEST}); build it with `doit compile:{self.target.value}`"
+                " (or add its spec to grids/stages.yaml first)"
+            )
+        entry = self.kernels[name]
+        if verify and _checked(entry.path, entry.sha256) is False:
+            raise RuntimeError(f"{entry.path}: checksum does not match the manifest; the cache "
+                               f"is corrupt: rebuild with `doit compile:{self.target.value}`")
+        return entry
+
+
+@lru_cache(maxsize=None)
+def _checked(path: Path, sha256: str) -> bool:
+    return path.is_file() and sha256_file(path) == sha256
+
+
+def read_manifest(path: Path) -> Manifest:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    config.validate(data, "manifest", str(path))
+    directory = path.parent
+    kernels = {}
+    for name, entry in data["kernels"].items():
+        kernels[name] = CachedKernel(
+            name, spec_from_fields(entry["stage"], entry["spec"]), entry["symbol"],
+            directory / entry["binary"], entry["sha256"], entry.get("registers"),
+            entry.get("spills"))
+    return Manifest(Target(data["target"]), data["flavor"], directory, data["toolchain"], kernels)
+
+
+def find_manifest(target: Target, root: Path | None = None, flavor: str | None = None) -> Manifest:
+    """The target's manifest: the given flavor, or the only / most recently published one."""
+    base = cache_root(root) / target.value
+    candidates = sorted(base.glob(f"{flavor or '*'}/{MANIFEST}"),
+                        key=lambda p: p.stat().st_mtime)
+    if not candidates:
+        raise FileNotFoundError(
+            f"no {target.value} cache under {base}: build it with `doit compile:{target.value}`"
+        )
+    return read_manifest(candidates[-1])

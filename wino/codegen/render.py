@@ -1,0 +1,90 @@
+"""Render a stage spec into kernel source for a target: Jinja2 + the target's renderer.
+
+Rendering is byte-for-byte deterministic (no timestamps, no paths, sorted inputs), so a source's
+hash is its identity in the cache and in the golden shard.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from ..config import ROOT
+from ..launch import kernarg_kind, kernarg_names, stage_launch
+from ..problem import Problem
+from ..specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec, StageSpec
+from ..vocab import DType, Target
+from .renderers import RENDERERS
+from .transforms import apply_2d, tile_matrices
+
+TEMPLATES = ROOT / "templates"
+TEMPLATE_OF = {RtFilterSpec: "k1_filter.j2", RtPrescaleSpec: "k2a_prescale.j2",
+               RtInputSpec: "k2_input.j2", RtOutputSpec: "k4_output.j2"}
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def template_files() -> list[Path]:
+    """Every file rendering depends on (templates and this package's codegen modules)."""
+    here = Path(__file__).resolve().parent
+    return sorted(TEMPLATES.glob("*.j2")) + sorted(here.glob("*.py"))
+
+
+def buffer_params(spec: StageSpec) -> list[tuple[str, str]]:
+    """The kernel's buffer parameters (C type, name), after the kernarg struct."""
+    raw = DType.c_storage.fget
+    if isinstance(spec, RtFilterSpec):
+        return [(f"const {raw(spec.io)}*", "w"), (f"{raw(spec.xdtype)}*", "U"), ("float*", "fs")]
+    if isinstance(spec, RtPrescaleSpec):
+        return [(f"const {raw(spec.io)}*", "x"), ("float*", "ts")]
+    if isinstance(spec, RtInputSpec):
+        return [(f"const {raw(spec.io)}*", "x"), (f"{raw(spec.xdtype)}*", "V"), ("float*", "ts")]
+    return [(f"const {raw(spec.accdtype)}*", "M"), ("const float*", "fs"),
+            ("const float*", "ts"), (f"{raw(spec.io)}*", "y")]
+
+
+def _transform_lines(spec: StageSpec) -> dict[str, list[str]]:
+    tile, vec = spec.tile, spec.vec
+    mats = tile_matrices(tile.mh, tile.mw)
+
+    def window(cols):
+        return lambda a, b: f"win[{(a * cols + b) * vec} + v]"
+
+    return {
+        "input_lines": apply_2d(*mats["input"], window(tile.aw), window(tile.aw), "t"),
+        "filter_lines": apply_2d(*mats["filter"], window(3), window(tile.aw), "t"),
+        "output_lines": apply_2d(*mats["output"], window(tile.aw), window(tile.mw), "t"),
+    }
+
+
+def baked_symbol(spec: StageSpec) -> str:
+    return f"{spec.name}_baked"
+
+
+def render(spec: StageSpec, target: Target | str, baked: Problem | None = None) -> str:
+    """Kernel source of one spec for one target. With ``baked``, the problem's kernargs are
+    compiled in as constants (the per-problem JIT route); the signature stays the same."""
+    target = Target(target) if isinstance(target, str) else target
+    kernargs = stage_launch(spec, baked).kernargs if baked is not None else None
+    renderer = RENDERERS[target](baked=kernargs)
+    tile = spec.tile
+    context = dict(
+        spec=spec, r=renderer, name=baked_symbol(spec) if baked else spec.name,
+        kernarg_fields=kernarg_names(kernarg_kind(spec)), params=buffer_params(spec),
+        tile=tile.name, mh=tile.mh, mw=tile.mw, ah=tile.ah, aw=tile.aw, bins=tile.bins,
+        vec=spec.vec, block=spec.block, io=spec.io,
+        xdtype=getattr(spec, "xdtype", None), accdtype=getattr(spec, "accdtype", None),
+        **_transform_lines(spec),
+    )
+    text = environment().get_template(TEMPLATE_OF[type(spec)]).render(context)
+    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
