@@ -19,7 +19,7 @@ Workspace layouts (xd = transformed dtype, acc = accumulator dtype):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import grid
@@ -99,16 +99,17 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def stage_launch(spec: StageSpec, problem: Problem) -> Launch:
+def stage_launch(spec: StageSpec, problem: Problem, *, tile_scale: bool = True) -> Launch:
     """Grid, block and kernargs of one stage for one problem (a batch chunk: problem.N is the
-    chunk). Runs the geometry check: raises Refused when the spec does not fit the problem."""
+    chunk). Runs the geometry check: raises Refused when the spec does not fit the problem.
+    ``tile_scale``: whether K4 divides by tile scales (the K2 spec's prescale is not none)."""
     kind = kernarg_kind(spec)
     tg = TileGrid.of(problem, spec.tile)
     g = problem.groups
     base = dict(P=tg.P, C=problem.C, K=problem.K, Cg=problem.Cg, Kg=problem.Kg, G=g,
                 N=problem.N, H=problem.H, W=problem.W, pad_h=problem.pad_h, pad_w=problem.pad_w,
                 dil_h=problem.dil_h, dil_w=problem.dil_w, Ho=problem.Ho, Wo=problem.Wo,
-                TH=tg.TH, TW=tg.TW, thp=tg.thp, twp=tg.twp)
+                TH=tg.TH, TW=tg.TW, thp=tg.thp, twp=tg.twp, has_tile_scale=int(tile_scale))
     channels = problem.K if isinstance(spec, RtOutputSpec) else problem.C
     lanes = channels // spec.vec if not isinstance(spec, RtFilterSpec) else problem.Cg // spec.vec
     geometry, derived = _GEOMETRY[kind](spec, problem, tg, lanes, base)
@@ -162,8 +163,7 @@ def _k2_lds(spec, problem, tg, lanes, base):
 
 def _k4(spec, problem, tg, lanes, base):
     total = tg.P * lanes
-    return ((_ceil_div(total, spec.block), 1, 1), (spec.block, 1, 1), 0), {
-        "total": total, "has_tile_scale": 1}
+    return ((_ceil_div(total, spec.block), 1, 1), (spec.block, 1, 1), 0), {"total": total}
 
 
 _GEOMETRY = {"k1": _k1, "k2a": _k2a, "k2_reg": _k2_reg, "k2_fused": _k2_fused,
@@ -216,11 +216,14 @@ def largest_split(problem: Problem, tile: Tile, workspace_limit: int | None,
     )
     split = max(1, min(problem.N, (INDEX_LIMIT - 1) // max(per_image, 1)))
     # thread counts: P * lanes (lanes <= C or K) is bounded by the same product
-    if workspace_limit is not None:
-        while split > 1 and workspace_bytes(
-            workspace_layout(problem, tile, xdtype, accdtype, split)
-        ) > workspace_limit:
-            split = max(1, split // 2)
+    if workspace_limit is not None:  # bisect: the workspace grows with the chunk
+        low, high = 1, split  # 1 even when one image alone does not fit the budget
+        while low < high:
+            mid = (low + high + 1) // 2
+            layout = workspace_layout(problem, tile, xdtype, accdtype, mid)
+            low, high = (mid, high) if workspace_bytes(layout) <= workspace_limit else (
+                low, mid - 1)
+        split = low
     return split
 
 
@@ -269,10 +272,11 @@ def _input_candidates(problem: Problem, tile: Tile, dtype: DType, xdtype: DType)
 def default_stage_specs(problem: Problem, tile: Tile, dtype: DType | None = None,
                         xdtype: DType | None = None) -> dict[Stage, StageSpec]:
     """The default pick per stage for a problem (its first batch chunk decides nothing: the
-    channel extents do). Always inside the grid; raises Refused when nothing fits."""
+    channel extents do); ``dtype`` overrides the problem's. Always inside the grid; raises
+    Refused when nothing fits."""
     dtype = dtype or problem.dtype
     xdtype = xdtype or default_xdtype(dtype)
-    probe = problem.with_batch(1)
+    probe = replace(problem, N=1, dtype=dtype)
     k2 = _first_fit(_input_candidates(probe, tile, dtype, xdtype), probe)
     picks: dict[Stage, StageSpec] = {
         Stage.FILTER: _first_fit((RtFilterSpec(tile, dtype, xdtype, v, 256, 1)

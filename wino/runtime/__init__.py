@@ -1,0 +1,9 @@
+"""The runtime: dispatch a problem to a plan of cached AOT binaries and run it. Imports no
+compiler (AOT: the cache is the only input)."""
+
+from .api import conv2d
+from .plan import GemmStep, KernelStep, Plan, dispatch
+from .reference import conv2d_reference, relative_error
+
+__all__ = ["GemmStep", "KernelStep", "Plan", "conv2d", "conv2d_reference", "dispatch",
+           "relative_error"]

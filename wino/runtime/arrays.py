@@ -1,0 +1,44 @@
+"""Array interop: dtypes of numpy (fp16, fp32, bf16 through ml_dtypes), CuPy and PyTorch CUDA
+tensors (through DLPack, no copies)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from ..vocab import DType, Target
+
+NUMPY_DTYPES = {DType.FP16: np.dtype(np.float16), DType.FP32: np.dtype(np.float32),
+                DType.BF16: np.dtype(ml_dtypes.bfloat16)}
+
+
+def numpy_dtype(dtype: DType) -> np.dtype:
+    return NUMPY_DTYPES[dtype]
+
+
+def dtype_of(array: Any) -> DType:
+    """The wino dtype of a numpy / CuPy array or a torch tensor."""
+    name = str(getattr(array, "dtype", "")).replace("torch.", "")
+    table = {"float16": DType.FP16, "float32": DType.FP32, "bfloat16": DType.BF16}
+    if name not in table:
+        raise TypeError(f"array dtype {name or type(array).__name__} is not supported; "
+                        "use float16, bfloat16 or float32")
+    return table[name]
+
+
+def is_torch(array: Any) -> bool:
+    return type(array).__module__.startswith("torch")
+
+
+def target_of(array: Any) -> Target:
+    """Host numpy -> c; CuPy arrays and torch CUDA tensors -> cuda."""
+    if isinstance(array, np.ndarray):
+        return Target.C
+    if is_torch(array):
+        return Target.CUDA if array.is_cuda else Target.C
+    if type(array).__module__.startswith("cupy"):
+        return Target.CUDA
+    raise TypeError(f"unsupported array type {type(array).__name__}: pass a numpy array, a CuPy "
+                    "array or a torch tensor")

@@ -1,0 +1,210 @@
+"""``dispatch(problem)``: the unfused2d_rt plan assembled from the cache.
+
+A plan names its AOT binaries and their launches per batch chunk, the GEMM extents, the
+workspace size and the batch split. It runs on the backend of its target (host C or CUDA).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import cache
+from ..launch import (
+    Launch,
+    TileGrid,
+    batch_chunks,
+    default_stage_specs,
+    largest_split,
+    stage_launch,
+    workspace_bytes,
+    workspace_layout,
+)
+from ..problem import Problem
+from ..refusals import Refused, check_problem
+from ..specs import RtInputSpec, StageSpec
+from ..vocab import DType, Prescale, Stage, Target, Tile
+from . import tuning
+
+ALGORITHMS = ("winograd_aot",)
+
+
+@dataclass(frozen=True)
+class KernelStep:
+    """One kernel launch: the AOT binary's name, its grid, block and kernargs."""
+
+    stage: Stage
+    name: str
+    launch: Launch
+
+
+@dataclass(frozen=True)
+class GemmStep:
+    """K3: per (bin, group) M[P x K/G] = V[P x C/G] . U[K/G x C/G]^T, fp32 accumulate."""
+
+    batch: int  # A * G
+    m: int  # P (tiles of the chunk)
+    n: int  # K/G
+    k: int  # C/G
+    xdtype: DType
+    accdtype: DType
+    stage: Stage = Stage.GEMM
+
+    @property
+    def name(self) -> str:
+        return (f"k3_gemm_{self.xdtype.short}_{self.accdtype.short}"
+                f"_b{self.batch}_m{self.m}_n{self.n}_k{self.k}")
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.m * self.n * self.k
+
+
+Step = KernelStep | GemmStep
+
+
+@dataclass
+class Plan:
+    """What ``dispatch`` returns: run it with ``plan.run(x, w)``."""
+
+    problem: Problem
+    target: Target
+    tile: Tile
+    specs: dict[Stage, StageSpec]
+    manifest: cache.Manifest
+    batch_split: int
+    chunks: list[tuple[int, int]]  # (first image, images)
+    chunk_steps: dict[int, list[Step]]  # images in a chunk -> its steps
+    workspace_bytes: int
+    source: str  # "tuning DB" or "default pick"
+    kind: str = "unfused2d_rt"
+    _backend: Any = field(default=None, repr=False)
+
+    @property
+    def steps(self) -> list[Step]:
+        """The steps of the first (largest) chunk."""
+        return self.chunk_steps[self.chunks[0][1]]
+
+    @property
+    def xdtype(self) -> DType:
+        return self.specs[Stage.INPUT].xdtype
+
+    @property
+    def accdtype(self) -> DType:
+        return self.specs[Stage.OUTPUT].accdtype
+
+    @property
+    def prescale(self) -> Prescale:
+        return self.specs[Stage.INPUT].prescale
+
+    def layout(self) -> dict[str, tuple[tuple[int, ...], DType]]:
+        return plan_layout(self.problem, self.tile, self.specs, self.batch_split)
+
+    def explain(self) -> str:
+        lines = [f"plan {self.kind} for {self.problem.label()} on {self.target.value} "
+                 f"({self.manifest.flavor}), tile {self.tile.name}, specs from {self.source}",
+                 f"  batch split {self.batch_split}: chunks {self.chunks}",
+                 f"  workspace {self.workspace_bytes} bytes: " + ", ".join(
+                     f"{k} {list(shape)} {dt.short}" for k, (shape, dt) in self.layout().items())]
+        for images, steps in self.chunk_steps.items():
+            lines.append(f"  chunk of {images} image(s):")
+            for step in steps:
+                if isinstance(step, GemmStep):
+                    lines.append(f"    {step.stage.short:4} {step.name}")
+                else:
+                    args = " ".join(f"{k}={v}" for k, v in step.launch.kernargs.items())
+                    lines.append(f"    {step.stage.short:4} {step.name} grid={step.launch.grid}"
+                                 f" block={step.launch.block} {args}")
+        return "\n".join(lines)
+
+    # Running ---------------------------------------------------------------------------------
+    def backend(self):
+        if self._backend is None:
+            from .backends import backend_for
+
+            self._backend = backend_for(self.target, self.manifest)
+        return self._backend
+
+    def transform_filter(self, w, workspace=None):
+        """K1 alone: returns (U, fs) for this plan; pass it as ``U=`` to later runs."""
+        return self.backend().transform_filter(self, w, workspace)
+
+    def run(self, x, w=None, y=None, workspace=None, U=None):
+        """y = conv(x, w). ``U`` (from transform_filter) skips K1; ``workspace`` (bytes or an
+        array of at least ``workspace_bytes``) and ``y`` may be passed in to avoid allocation."""
+        return self.backend().run(self, x, w, y, workspace, U)
+
+
+def plan_layout(problem: Problem, tile: Tile, specs: dict[Stage, StageSpec], chunk: int):
+    k2 = specs[Stage.INPUT]
+    layout = workspace_layout(problem, tile, k2.xdtype, specs[Stage.OUTPUT].accdtype, chunk)
+    if k2.prescale is Prescale.NONE:
+        del layout["ts"]
+    return layout
+
+
+def default_tile(problem: Problem) -> Tile:
+    """F4x4 unless the output is too small for it to pay (then F2x2)."""
+    small = min(-(-problem.Ho // problem.dil_h), -(-problem.Wo // problem.dil_w)) < 8
+    return Tile(2, 2) if small else Tile(4, 4)
+
+
+def _steps(problem: Problem, specs: dict[Stage, StageSpec], images: int) -> list[Step]:
+    chunk = problem.with_batch(images)
+    k2: RtInputSpec = specs[Stage.INPUT]
+    steps: list[Step] = []
+    for stage, spec in specs.items():
+        if stage is Stage.OUTPUT:
+            tg = TileGrid.of(chunk, spec.tile)
+            steps.append(GemmStep(spec.tile.bins * problem.groups, tg.P, problem.Kg, problem.Cg,
+                                  k2.xdtype, spec.accdtype))
+        launch = stage_launch(spec, chunk, tile_scale=k2.prescale is not Prescale.NONE)
+        steps.append(KernelStep(stage, spec.name, launch))
+    return steps
+
+
+def _pick_target(target: Target | str | None) -> Target:
+    if target is not None:
+        return Target(target) if isinstance(target, str) else target
+    from .backends import cuda_available
+
+    return Target.CUDA if cuda_available() else Target.C
+
+
+def dispatch(problem: Problem, *, algorithm: str = "winograd_aot",
+             target: Target | str | None = None, tile: Tile | str | None = None,
+             batch_split: int | None = None, workspace_limit: int | None = None,
+             cache_root: Path | None = None, specs: dict[Stage, StageSpec] | None = None) -> Plan:
+    """Assemble the plan for ``problem`` from the cache (no compiler involved).
+
+    Raises Refused (with the rule id) for problems wino does not serve, KeyError naming a
+    missing kernel and the command that builds it, FileNotFoundError when no cache exists."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm {algorithm!r}: expected one of {ALGORITHMS}")
+    tile = Tile.parse(tile) if isinstance(tile, str) else tile
+    check_problem(problem, tile)
+    target = _pick_target(target)
+    manifest = cache.find_manifest(target, cache_root)
+    tile = tile or tuning.best_tile(problem, target) or default_tile(problem)
+    source = "caller"
+    if specs is None:
+        specs = tuning.lookup(problem, target, tile)
+        source = "tuning DB"
+    if specs is None:
+        specs, source = default_stage_specs(problem, tile), "default pick"
+    for spec in specs.values():
+        manifest.kernel(spec.name, verify=False)
+    k2 = specs[Stage.INPUT]
+    limit_split = largest_split(problem, tile, workspace_limit, k2.xdtype,
+                                specs[Stage.OUTPUT].accdtype)
+    split = limit_split if batch_split is None else batch_split
+    chunks = batch_chunks(problem.N, split)
+    split = chunks[0][1]
+    chunk_steps = {images: _steps(problem, specs, images) for images in {c for _, c in chunks}}
+    ws = workspace_bytes(plan_layout(problem, tile, specs, split))
+    if workspace_limit is not None and ws > workspace_limit:
+        raise Refused("workspace_over_limit",
+                      f"the workspace of {ws} bytes for a batch split of {split} exceeds the "
+                      f"limit of {workspace_limit} bytes; raise the limit or lower the split")
+    return Plan(problem, target, tile, specs, manifest, split, chunks, chunk_steps, ws, source)
