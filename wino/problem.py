@@ -129,8 +129,8 @@ class Problem:
     def to_miopen(self) -> str:
         command = {v: k for k, v in MIOPEN_COMMANDS.items()}[self.dtype]
         parts = [command]
-        for short, _, field, _ in MIOPEN_FLAGS:
-            if field != "direction":
+        for short, _, field, default in MIOPEN_FLAGS:
+            if field != "direction" or self.direction != default:  # -F only when it says more
                 parts += [short, str(getattr(self, field))]
         return " ".join(parts)
 

@@ -63,12 +63,13 @@ class Rule:
                 if isinstance(n, ast.Name)} - set(HELPERS)
 
     def fires(self, namespace: dict[str, Any]) -> bool:
+        code = self.code  # a syntax error or a forbidden construct is a ConfigError first
         missing = self.names() - set(namespace)
         if missing:
             raise config.ConfigError(
                 f"refusals.yaml rule {self.id}: condition uses unknown name(s) {sorted(missing)}"
             )
-        return bool(eval(self.code, {"__builtins__": {}}, {**HELPERS, **namespace}))  # noqa: S307
+        return bool(eval(code, {"__builtins__": {}}, {**HELPERS, **namespace}))  # noqa: S307
 
     def refusal(self, namespace: dict[str, Any]) -> Refused:
         try:
@@ -143,10 +144,12 @@ def spec_namespace(spec: StageSpec) -> dict[str, Any]:
 
 
 def elems_one_image(problem: Problem, tile: Tile) -> int:
-    """The largest buffer one image needs (x, y, V or M), in elements."""
+    """The largest buffer one image needs (x, y, V, M, or U which no batch split shrinks),
+    in elements."""
     p1 = tiles_per_image(problem, tile)
     return max(problem.H * problem.W * problem.C, problem.Ho * problem.Wo * problem.K,
-               tile.bins * p1 * problem.C, tile.bins * p1 * problem.K)
+               tile.bins * p1 * problem.C, tile.bins * p1 * problem.K,
+               tile.bins * problem.K * problem.Cg)
 
 
 def tiles_per_image(problem: Problem, tile: Tile) -> int:

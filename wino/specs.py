@@ -132,7 +132,11 @@ def kernel_name(spec: StageSpec) -> str:
     if isinstance(s, RtPrescaleSpec):
         return f"{head}_v{s.vec}_b{s.block}"
     if isinstance(s, RtInputSpec):
-        path = "reg" if s.path is K2Path.REGISTER else f"lds{s.lds_lanes}w{s.lds_width}"
+        knobs = f"{s.lds_lanes}w{s.lds_width}"
+        if s.path is K2Path.REGISTER:  # knobs only when set (refused there, but kept distinct)
+            path = "reg" if s.lds_lanes == s.lds_width == 0 else f"reg{knobs}"
+        else:
+            path = f"lds{knobs}"
         return f"{head}_x{s.xdtype.short}_v{s.vec}_b{s.block}_{path}_p{s.prescale.short}"
     if isinstance(s, RtOutputSpec):
         return f"{head}_a{s.accdtype.short}_v{s.vec}_b{s.block}"
