@@ -1,0 +1,245 @@
+"""The AOT grid: expansion, accepted and refused specs, and the default per-problem pick."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import pytest
+
+from wino import config, grid
+from wino.launch import default_stage_specs, largest_split, stage_launch
+from wino.problem import Problem
+from wino.refusals import Refused, check_problem, lds_bytes, rule_book, rules, spec_namespace
+from wino.specs import RtInputSpec
+from wino.vocab import TILES, VECS, DType, K2Path, Prescale, Stage
+
+STAGES = grid.GRID_STAGES
+DTYPES = (DType.FP16, DType.BF16, DType.FP32)
+FUSED_BLOCKS = (256, 512, 1024)
+
+
+def test_grid_size_and_coverage():
+    total = grid.aot_stage_specs()
+    assert 200 <= len(total) <= 5000, f"{len(total)} specs: expected a few hundred"
+    assert len(total) == sum(len(grid.aot_stage_specs(s)) for s in STAGES)
+    for stage in STAGES:
+        specs = grid.aot_stage_specs(stage)
+        assert specs and all(s.stage is stage for s in specs)
+        assert {s.tile for s in specs} == set(TILES), f"{stage.short}: a tile is missing"
+        assert {s.io for s in specs} >= {DType.FP16, DType.BF16}
+    for stage in (Stage.FILTER, Stage.INPUT, Stage.OUTPUT):
+        assert {s.io for s in grid.aot_stage_specs(stage)} == set(DTYPES)
+
+
+def test_names_unique_and_lookup():
+    names = [s.name for s in grid.aot_stage_specs()]
+    assert len(names) == len(set(names))
+    refused = [r.spec.name for r in grid.refused_stage_specs()]
+    assert not set(names) & set(refused) and len(refused) == len(set(refused))
+    first = grid.aot_stage_specs()[0]
+    assert grid.in_grid(first) and grid.spec_by_name(first.name) == first
+    with pytest.raises(KeyError, match="no kernel named 'k9_nope'"):
+        grid.spec_by_name("k9_nope")
+
+
+def test_no_accepted_spec_breaks_any_rule():
+    for spec in grid.aot_stage_specs():
+        ns = spec_namespace(spec)
+        broken = [r.id for r in rules("spec", spec.stage.short) if r.fires(ns)]
+        assert not broken, f"{spec.name} is accepted but breaks {broken}"
+
+
+def test_accepted_specs_keep_the_hard_limits():
+    """The limits DESIGN.md states, checked directly (not through the rule file)."""
+    params = rule_book()[0]
+    for spec in grid.aot_stage_specs():
+        assert 32 <= spec.block <= 1024 and spec.block % 32 == 0, spec.name
+        assert spec.vec in VECS
+        if isinstance(spec, RtInputSpec) and spec.path is K2Path.LDS:
+            lanes = spec.lds_lanes
+            assert lanes > 0 and lanes & (lanes - 1) == 0, spec.name
+            assert spec.lds_width >= 1 and spec.block == lanes * spec.lds_width, spec.name
+            assert 0 < lds_bytes(spec) <= params["lds_bytes_limit"], spec.name
+            assert spec.prescale is not Prescale.FUSED, spec.name
+        if isinstance(spec, RtInputSpec):
+            assert (spec.prescale is Prescale.NONE) == (spec.xdtype is not DType.FP16), spec.name
+            assert spec.xdtype in (spec.io, DType.FP16), spec.name
+            if spec.path is K2Path.REGISTER:
+                assert spec.lds_lanes == spec.lds_width == 0, spec.name
+
+
+def test_refused_specs_carry_their_rule():
+    ids = {r.id for r in rule_book()[1]} | {"grid_exclude"}
+    refused = grid.refused_stage_specs()
+    assert refused, "the grid declares no spec the rules cull: the refusal listing is untested"
+    for item in refused:
+        assert item.refusal.rule in ids and item.refusal.message
+        if item.refusal.rule != "grid_exclude":
+            again = grid.spec_refusal(item.spec)
+            assert again is not None and again.rule == item.refusal.rule
+        assert item.subgrid in {
+            s["name"] for s in config.declared("stages")["stages"][item.spec.stage.short]
+        }
+
+
+# Expansion of a modified grid ----------------------------------------------------------------
+@pytest.fixture
+def declared_stages(monkeypatch):
+    """Expand a modified copy of grids/stages.yaml; the caches are reset before and after."""
+    real = config.declared
+
+    def use(data):
+        monkeypatch.setattr(
+            config, "declared", lambda kind: data if kind == "stages" else real(kind)
+        )
+        grid.expand.cache_clear()
+        grid._names.cache_clear()
+        return grid.expand()
+
+    yield use
+    monkeypatch.undo()
+    grid.expand.cache_clear()
+    grid._names.cache_clear()
+
+
+def _minimal_k2(**axes):
+    subgrid = dict(
+        name="only",
+        tile=["F2x2"],
+        io=["fp32"],
+        xdtype=["fp32"],
+        vec=[1],
+        block=[256],
+        path=["reg"],
+        prescale=["none"],
+    )
+    subgrid.update(axes)
+    return {"format": 1, "stages": {"k2": [subgrid]}}
+
+
+def test_refused_point_does_not_hide_an_accepted_twin(declared_stages):
+    accepted, refused = declared_stages(_minimal_k2(lds_lanes=[16, 0], lds_width=[0]))
+    assert [s.name for s in accepted[Stage.INPUT]] == ["k2_f2x2_ifp32_xfp32_v1_b256_reg_pnone"]
+    assert [r.refusal.rule for r in refused] == ["reg_with_lds_knobs"]
+
+
+def test_exclusions_are_listed_as_refused(declared_stages):
+    data = _minimal_k2(vec=[1, 2])
+    data["exclude"] = [{"stage": "k2", "vec": 2, "reason": "not worth a binary"}]
+    accepted, refused = declared_stages(data)
+    assert [s.vec for s in accepted[Stage.INPUT]] == [1]
+    assert [(r.spec.vec, r.refusal.rule) for r in refused] == [(2, "grid_exclude")]
+    assert "exclude[0]: not worth a binary" in refused[0].refusal.message
+
+
+def test_duplicate_subgrid_names_are_config_errors(declared_stages):
+    data = _minimal_k2()
+    data["stages"]["k2"].append(copy.deepcopy(data["stages"]["k2"][0]))
+    with pytest.raises(config.ConfigError, match="sub-grid names must be unique"):
+        declared_stages(data)
+
+
+# The default pick ------------------------------------------------------------------------------
+def _problem(c: int, k: int = 64, groups: int = 1, dtype: DType = DType.FP16, n: int = 2):
+    return Problem(N=n, C=c, K=k, H=10, W=9, pad_h=1, pad_w=1, groups=groups, dtype=dtype)
+
+
+def _assert_narrowed(problem: Problem, tile, picks) -> None:
+    """The default pick is in the grid and narrowed to the problem's channel extents."""
+    assert all(grid.in_grid(s) for s in picks.values()), [s.name for s in picks.values()]
+    assert list(picks) == [s for s in STAGES if s in picks]
+    k1, k2, k4 = picks[Stage.FILTER], picks[Stage.INPUT], picks[Stage.OUTPUT]
+    assert all(s.tile == tile and s.io is problem.dtype for s in picks.values())
+    assert problem.Cg % k1.vec == 0 and problem.Cg % k2.vec == 0 and problem.Kg % k4.vec == 0
+    assert k1.xdtype is k2.xdtype
+    assert (Stage.PRESCALE in picks) == (k2.prescale is Prescale.SPLIT)
+    if Stage.PRESCALE in picks:
+        assert problem.C % picks[Stage.PRESCALE].vec == 0
+    for spec in picks.values():
+        stage_launch(spec, problem)
+    lanes = problem.C // k2.vec
+    if problem.dtype is DType.FP32:
+        assert k2.prescale is Prescale.NONE and k2.xdtype is DType.FP32
+    elif k2.prescale is Prescale.FUSED:
+        assert lanes <= k2.block == min(b for b in FUSED_BLOCKS if b >= lanes)
+        assert lanes <= 1024 and not (tile.bins > 36 and lanes > 512)
+    else:
+        assert k2.prescale is Prescale.SPLIT
+        fused = [replace(k2, block=b, prescale=Prescale.FUSED) for b in FUSED_BLOCKS if b >= lanes]
+        assert not any(grid.in_grid(s) for s in fused), (
+            f"{problem.label()} {tile}: split picked although a fused kernel fits"
+        )
+    wider = [v for v in VECS if v > k2.vec and problem.Cg % v == 0]
+    for v in wider:  # narrowing keeps the widest vec the grid serves
+        assert not grid.in_grid(
+            replace(
+                k2,
+                vec=v,
+                block=256,
+                prescale=(Prescale.NONE if k2.xdtype is not DType.FP16 else Prescale.SPLIT),
+            )
+        ), (v, k2.name)
+
+
+@pytest.mark.parametrize("tile", TILES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.short)
+def test_default_pick_is_narrowed(tile, dtype):
+    for c, k, groups in [
+        (3, 64, 1),
+        (8, 8, 1),
+        (12, 20, 2),
+        (64, 64, 1),
+        (100, 36, 4),
+        (256, 256, 1),
+        (520, 128, 1),
+        (1024, 64, 1),
+        (1100, 64, 1),
+        (2048, 64, 1),
+        (4096, 64, 2),
+        (8192, 64, 1),
+        (16384, 64, 1),
+    ]:
+        problem = _problem(c, k, groups, dtype)
+        _assert_narrowed(problem, tile, default_stage_specs(problem, tile))
+
+
+@pytest.mark.parametrize("tile", TILES, ids=str)
+def test_default_pick_fused_for_narrow_and_split_for_wide_c(tile):
+    narrow = default_stage_specs(_problem(64), tile)[Stage.INPUT]
+    assert (narrow.prescale, narrow.block) == (Prescale.FUSED, 256)
+    wide = default_stage_specs(_problem(16384), tile)  # past 1024 lanes at any vec
+    assert wide[Stage.INPUT].prescale is Prescale.SPLIT and Stage.PRESCALE in wide
+
+
+def test_default_pick_dtype_argument_overrides_the_problem():
+    problem = _problem(64, dtype=DType.FP32)
+    for dtype in DTYPES:
+        assert default_stage_specs(problem, TILES[1], dtype) == default_stage_specs(
+            replace(problem, dtype=dtype), TILES[1]
+        )
+
+
+def test_default_pick_with_bf16_storage():
+    picks = default_stage_specs(_problem(64, dtype=DType.BF16), TILES[1], xdtype=DType.BF16)
+    assert picks[Stage.INPUT].prescale is Prescale.NONE
+    assert picks[Stage.FILTER].xdtype is DType.BF16 and all(map(grid.in_grid, picks.values()))
+
+
+def test_default_pick_for_every_public_layer(public_problems):
+    served = 0
+    for base in public_problems:
+        try:
+            check_problem(base)
+        except Refused:
+            continue
+        for dtype in DTYPES:
+            problem = replace(base, dtype=dtype)
+            for tile in TILES:
+                picks = default_stage_specs(problem, tile)
+                _assert_narrowed(problem.with_batch(1), tile, picks)
+                split = largest_split(problem, tile, None, picks[Stage.INPUT].xdtype, DType.FP32)
+                for spec in picks.values():  # the first chunk launches within the rules
+                    stage_launch(spec, problem.with_batch(split))
+                served += 1
+    assert served >= 10 * len(TILES) * len(DTYPES)

@@ -1,0 +1,374 @@
+"""Refusal rules: every rule of grids/refusals.yaml fires on a spec or problem built to break it,
+with its id and its message; conditions are a safe, whitelisted expression language."""
+
+from __future__ import annotations
+
+import pytest
+
+from wino import config
+from wino.config import ConfigError
+from wino.launch import stage_launch
+from wino.problem import Problem
+from wino.refusals import (
+    Refused,
+    Rule,
+    check_problem,
+    check_spec,
+    problem_namespace,
+    rule_book,
+    rules,
+    spec_namespace,
+    spec_refusal,
+)
+from wino.specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec
+from wino.vocab import TILES, DType, Tile
+
+LDS = dict(path="lds", lds_lanes=16, lds_width=4, block=64, prescale="split")
+P = rule_book()[0]  # the file's params: messages quote them
+
+#: spec rule id -> (a spec that breaks that rule and no earlier one, a fragment of the message)
+SPEC_BREAKERS = {
+    "block_too_large": (
+        RtFilterSpec(block=2048),
+        f"block 2048 exceeds {P['max_block']} threads, the most one workgroup may hold",
+    ),
+    "block_not_warp_multiple": (
+        RtOutputSpec(block=100),
+        f"block 100 is not a positive multiple of the {P['warp']}-thread warp",
+    ),
+    "filter_rows_below_one": (
+        RtFilterSpec(rows=0),
+        "filter rows 0 < 1: a K1 workgroup must transform at least one",
+    ),
+    "window_registers": (
+        RtOutputSpec(tile="F6x6", vec=8),
+        "F6x6 at vec 8 holds 64x8 fp32 values per thread, past the "
+        f"{P['max_window_floats']}-register budget",
+    ),
+    "input_window_registers": (
+        RtInputSpec(tile="F4x4", vec=8),
+        "F4x4 at vec 8: the input window of 36x8 fp32 values per thread "
+        f"is past the {P['max_input_window_floats']}-value budget",
+    ),
+    "transformed_dtype_unsupported": (
+        RtInputSpec(io="fp32", xdtype="fp16"),
+        "io fp32 with transformed storage fp16 is not supported",
+    ),
+    "fp16_storage_needs_prescale": (
+        RtInputSpec(prescale="none"),
+        "fp16 transformed storage without a tile scale can overflow",
+    ),
+    "prescale_needs_fp16_storage": (
+        RtInputSpec(io="fp32", xdtype="fp32", prescale="fused"),
+        "prescale fused only serves fp16 transformed storage (fp32 has fp32's range)",
+    ),
+    "reg_with_lds_knobs": (
+        RtInputSpec(lds_lanes=16),
+        "the register path takes no LDS knobs (lds_lanes 16, lds_width 0)",
+    ),
+    "lds_lanes_not_pow2": (
+        RtInputSpec(**{**LDS, "lds_lanes": 24, "block": 96}),
+        "LDS lanes 24 is not a power of two",
+    ),
+    "lds_zero_width": (RtInputSpec(**{**LDS, "lds_width": 0}), "LDS region width 0 holds no tile"),
+    "lds_block_mismatch": (
+        RtInputSpec(**{**LDS, "block": 256}),
+        "LDS path block 256 must equal lds_lanes x lds_width = 16x4",
+    ),
+    "lds_bytes_over_limit": (
+        RtInputSpec(tile="F6x6", vec=2, **{**LDS, "lds_lanes": 32, "block": 128}),
+        "F6x6 LDS region of 4 tiles x 32 lanes x vec 2 needs 53248 bytes, "
+        f"over the {P['lds_bytes_limit']}-byte",
+    ),
+    "lds_with_fused": (
+        RtInputSpec(**{**LDS, "prescale": "fused"}),
+        "the LDS-region path cannot fuse the prescale",
+    ),
+    "fused_wide_tile": (
+        RtInputSpec(tile="F6x6", block=1024),
+        "F6x6 has 64 bins: its fused workgroup of 1024 threads runs out of "
+        f"registers past {P['fused_wide_block']}",
+    ),
+    "fused_block_registers": (
+        RtInputSpec(tile="F4x4", vec=2, block=512),
+        "F4x4 at vec 2: a fused workgroup of 512 threads leaves 36x2 "
+        "window values too few registers",
+    ),
+}
+
+#: spec rule id -> the change that repairs its breaking spec (and breaks nothing else)
+SPEC_REPAIRS = {
+    "block_too_large": dict(block=1024),
+    "block_not_warp_multiple": dict(block=96),
+    "filter_rows_below_one": dict(rows=1),
+    "window_registers": dict(vec=4),
+    "input_window_registers": dict(vec=4),
+    "transformed_dtype_unsupported": dict(xdtype="fp32", prescale="none"),
+    "fp16_storage_needs_prescale": dict(prescale="split"),
+    "prescale_needs_fp16_storage": dict(prescale="none"),
+    "reg_with_lds_knobs": dict(lds_lanes=0),
+    "lds_lanes_not_pow2": dict(lds_lanes=32, lds_width=3),
+    "lds_zero_width": dict(lds_width=4),
+    "lds_block_mismatch": dict(block=64),
+    "lds_bytes_over_limit": dict(lds_lanes=16, block=64),
+    "lds_with_fused": dict(prescale="split"),
+    "fused_wide_tile": dict(block=512),
+    "fused_block_registers": dict(vec=1),
+}
+
+#: problem rule id -> (a problem that breaks it, a fragment of the message)
+PROBLEM_BREAKERS = {
+    "not_3x3": (Problem(H=8, W=8, R=1, S=1), "filter 1x1 is not 3x3"),
+    "stride_not_1": (Problem(H=9, W=9, stride_h=2, stride_w=2), "stride 2x2: these kernels"),
+    "groups_not_dividing_c": (
+        Problem(H=4, W=4, C=6, K=8, groups=4),
+        "groups 4 does not divide C = 6",
+    ),
+    "groups_not_dividing_k": (
+        Problem(H=4, W=4, C=8, K=6, groups=4),
+        "groups 4 does not divide K = 6",
+    ),
+    "not_forward": (Problem(H=4, W=4, direction=2), "direction -F 2 asks for no forward pass"),
+    "index_past_31_bits": (
+        Problem(N=1, C=64, H=8192, W=8192, K=64, pad_h=1, pad_w=1),
+        "elements in one buffer, past the 31-bit index limit even at a batch split of 1",
+    ),
+}
+
+_FIT = dict(N=2, C=16, H=8, W=8, K=16, pad_h=1, pad_w=1, dtype=DType.FP16)
+#: fit rule id -> (spec, problem, a fragment of the message), through stage_launch
+FIT_BREAKERS = {
+    "io_dtype_mismatch": (
+        RtInputSpec(),
+        Problem(**{**_FIT, "dtype": DType.FP32}),
+        "kernel io dtype fp16 does not match the problem's fp32",
+    ),
+    "vec_not_dividing_cg": (
+        RtInputSpec(tile="F2x2", vec=8),
+        Problem(**{**_FIT, "C": 12}),
+        "vec 8 does not divide the channels per group C/G = 12",
+    ),
+    "vec_not_dividing_c": (
+        RtPrescaleSpec(vec=8),
+        Problem(**{**_FIT, "C": 12}),
+        "vec 8 does not divide C = 12",
+    ),
+    "vec_not_dividing_kg": (
+        RtOutputSpec(vec=4),
+        Problem(**{**_FIT, "K": 16, "groups": 8}),
+        "vec 4 does not divide the output channels per group K/G = 2",
+    ),
+    "fused_lanes_exceed_block": (
+        RtInputSpec(vec=2, block=256),
+        Problem(**{**_FIT, "C": 1024}),
+        "fused prescale needs all C/vec = 512 channel lanes",
+    ),
+    "index_past_31_bits_chunk": (
+        RtOutputSpec(),
+        Problem(**{**_FIT, "N": 4096, "H": 256, "W": 256, "C": 8, "K": 64}),
+        "a batch chunk of 4096 images needs",
+    ),
+    "grid_y_too_large": (
+        RtInputSpec(vec=4, **LDS),
+        Problem(
+            **{**_FIT, "N": 1, "H": 3, "W": 3, "pad_h": 0, "pad_w": 0, "C": 64 * 65536 + 64, "K": 1}
+        ),
+        "the LDS path needs 65537 channel-chunk workgroups along y",
+    ),
+}
+
+BREAKERS = {"spec": SPEC_BREAKERS, "problem": PROBLEM_BREAKERS, "fit": FIT_BREAKERS}
+
+
+def _yaml_rule_ids(scope: str) -> list[str]:
+    return [entry["id"] for entry in config.declared("refusals")[f"{scope}_rules"]]
+
+
+@pytest.mark.parametrize(
+    "scope, rule_id", [(scope, rule_id) for scope in BREAKERS for rule_id in _yaml_rule_ids(scope)]
+)
+def test_every_rule_in_the_yaml_has_a_breaking_case(scope, rule_id):
+    assert rule_id in BREAKERS[scope], (
+        f"{scope} rule {rule_id!r} of grids/refusals.yaml has no breaking case in "
+        f"tests/test_refusals.py; add one to {scope.upper()}_BREAKERS"
+    )
+
+
+@pytest.mark.parametrize("scope", BREAKERS)
+def test_no_breaker_for_a_rule_that_is_gone(scope):
+    assert set(BREAKERS[scope]) <= set(_yaml_rule_ids(scope))
+
+
+@pytest.mark.parametrize("rule_id", SPEC_BREAKERS)
+def test_spec_rule_fires(rule_id):
+    spec, text = SPEC_BREAKERS[rule_id]
+    refusal = spec_refusal(spec)
+    assert refusal is not None, f"{spec.name} was not refused"
+    assert refusal.rule == rule_id, refusal
+    assert text in refusal.message
+    with pytest.raises(Refused) as info:
+        check_spec(spec)
+    assert info.value.rule == rule_id and str(info.value) == f"[{rule_id}] {refusal.message}"
+
+
+@pytest.mark.parametrize("rule_id", SPEC_BREAKERS)
+def test_spec_rule_stops_firing_when_repaired(rule_id):
+    """The breaking spec differs from an accepted one in the broken knob only."""
+    spec, _ = SPEC_BREAKERS[rule_id]
+    assert spec_refusal(spec.replace(**SPEC_REPAIRS[rule_id])) is None
+
+
+@pytest.mark.parametrize("rule_id", PROBLEM_BREAKERS)
+def test_problem_rule_fires(rule_id):
+    problem, text = PROBLEM_BREAKERS[rule_id]
+    with pytest.raises(Refused) as info:
+        check_problem(problem)
+    assert info.value.rule == rule_id and text in info.value.message
+
+
+@pytest.mark.parametrize("rule_id", FIT_BREAKERS)
+def test_fit_rule_fires_through_stage_launch(rule_id):
+    spec, problem, text = FIT_BREAKERS[rule_id]
+    check_spec(spec)  # a sound spec: the refusal is about the fit
+    check_problem(problem, spec.tile)
+    with pytest.raises(Refused) as info:
+        stage_launch(spec, problem)
+    assert info.value.rule == rule_id and text in info.value.message
+
+
+@pytest.mark.parametrize("direction", [0, 1, 3])
+def test_forward_directions_pass(direction):
+    check_problem(Problem(H=4, W=4, direction=direction))
+
+
+def test_index_limit_is_per_tile():
+    """A problem only the largest tiles cannot index is refused for those tiles only."""
+    problem = Problem(N=1, C=768, K=768, H=1024, W=1024, pad_h=1, pad_w=1)
+    check_problem(problem, Tile(6, 6))  # V: 64 bins x 171^2 tiles x 768 < 2^31
+    with pytest.raises(Refused, match="index_past_31_bits"):
+        check_problem(problem, Tile(2, 2))  # V: 16 bins x 512^2 tiles x 768 >= 2^31
+    with pytest.raises(Refused, match="index_past_31_bits"):
+        check_problem(problem)  # no tile: the largest of all tiles
+
+
+def test_filter_transform_size_counts_for_the_index_limit():
+    """U[A][K][C/G] does not shrink with the batch split, so a problem whose U alone passes
+    31 bits must be refused as a problem, not sent to a split that cannot help."""
+    problem = Problem(N=1, C=8192, K=8192, H=3, W=3, pad_h=1, pad_w=1)
+    with pytest.raises(Refused) as info:
+        check_problem(problem, Tile(6, 6))
+    assert info.value.rule == "index_past_31_bits"
+    check_problem(problem, Tile(2, 2))  # 16 bins x 8192 x 8192 = 2^30 fits
+
+
+def test_problem_shape_rules_come_first():
+    problem = Problem(N=1, C=64, H=8192, W=8192, K=64, R=1, S=1)
+    with pytest.raises(Refused) as info:
+        check_problem(problem)
+    assert info.value.rule == "not_3x3"
+
+
+def test_public_layers(public_problems):
+    refused = {}
+    for problem in public_problems:
+        try:
+            check_problem(problem)
+        except Refused as refusal:
+            refused[problem.to_miopen()] = refusal.rule
+    assert sorted(refused.values()) == ["not_3x3", "stride_not_1"]
+
+
+# Rule conditions and messages -------------------------------------------------------------
+_STAGE_SPECS = {
+    "k1": RtFilterSpec(),
+    "k2a": RtPrescaleSpec(),
+    "k2": RtInputSpec(),
+    "k4": RtOutputSpec(),
+}
+
+
+@pytest.mark.parametrize("rule", rule_book()[1], ids=lambda r: r.id)
+def test_every_rule_evaluates_and_formats(rule):
+    """Conditions use only defined names and messages only fill defined fields."""
+    problem = Problem(N=2, C=16, H=8, W=8, K=16, pad_h=1, pad_w=1, dtype=DType.FP16)
+    if rule.scope == "problem":
+        namespaces = [problem_namespace(problem)]
+    else:
+        namespaces = [spec_namespace(_STAGE_SPECS[stage]) for stage in rule.stages]
+    if rule.scope == "fit":
+        derived = dict(
+            lanes=4, total=8, slots=2, RW=1, CH=1, grid_y=1, max_elems_chunk=1, max_threads_chunk=1
+        )
+        namespaces = [
+            {**problem_namespace(problem, Tile(4, 4)), **ns, **derived} for ns in namespaces
+        ]
+    for ns in namespaces:
+        assert isinstance(rule.fires(ns), bool)
+        assert rule.refusal(ns).rule == rule.id
+
+
+def test_rules_by_scope_and_stage():
+    assert {r.id for r in rules("spec", "k1")} >= {"block_too_large", "filter_rows_below_one"}
+    assert "filter_rows_below_one" not in {r.id for r in rules("spec", "k2")}
+    assert all(r.scope == "problem" for r in rules("problem"))
+    params, book = rule_book()
+    assert params["max_block"] == 1024 and len({r.id for r in book}) == len(book)
+
+
+@pytest.mark.parametrize(
+    "condition, match",
+    [
+        ("block.real > 10", "Attribute is not allowed"),
+        ("block.bit_length() > 10", "may be called"),
+        ("open('x') is None", "may be called"),
+        ("__import__('os')", "may be called"),
+        ("len(tile) > 3", "may be called"),
+        ("(lambda: 1)() == 1", "may be called"),
+        ("tile[0] == 'F'", "Subscript is not allowed"),
+        ("max(block, key=abs) > 1", "keyword is not allowed"),
+        ("[b for b in (1, 2)]", "ListComp is not allowed"),
+        ("block if vec else rows", "IfExp is not allowed"),
+        ("block >", "bad condition"),
+    ],
+)
+def test_forbidden_condition_constructs(condition, match):
+    rule = Rule("bad_rule", "spec", ("k1",), condition, "a message long enough")
+    with pytest.raises(ConfigError, match=f"rule bad_rule: .*{match}"):
+        rule.code  # noqa: B018 - compiling is what refuses
+    with pytest.raises(ConfigError, match=f"rule bad_rule: .*{match}"):
+        rule.fires(spec_namespace(RtFilterSpec()))
+
+
+def test_unknown_name_and_message_field_are_config_errors():
+    ns = spec_namespace(RtFilterSpec())
+    with pytest.raises(ConfigError, match=r"unknown name\(s\) \['blok'\]"):
+        Rule("typo", "spec", ("k1",), "blok > 1", "a message").fires(ns)
+    with pytest.raises(ConfigError, match="message names 'blok'"):
+        Rule("typo", "spec", ("k1",), "block > 1", "block {blok} is bad").refusal(ns)
+
+
+def test_allowed_helpers_work():
+    ns = spec_namespace(RtInputSpec(**LDS))
+    rule = Rule(
+        "ok",
+        "spec",
+        ("k2",),
+        "is_pow2(lds_lanes) and ceil_div(block, 3) == 22 and "
+        "max(vec, 2) == 2 and min(-vec, 0) < 0 and abs(-1) == 1",
+        "fine message",
+    )
+    assert rule.fires(ns) is True
+
+
+def test_refused_carries_rule_and_message():
+    refusal = Refused("some_rule", "what is wrong; what to do")
+    assert refusal.rule == "some_rule" and refusal.message == "what is wrong; what to do"
+    assert str(refusal) == "[some_rule] what is wrong; what to do"
+
+
+@pytest.mark.parametrize("tile", TILES, ids=str)
+def test_spec_namespace_sizes(tile):
+    ns = spec_namespace(RtInputSpec(tile=tile, vec=4, **LDS))
+    assert (ns["bins"], ns["mh"], ns["mw"]) == (tile.bins, tile.mh, tile.mw)
+    assert ns["lds_bytes"] == tile.ah * (4 * tile.mw + 2) * 16 * 4 * 4
+    assert ns["tile"] == tile.name and ns["stage"] == "k2"
