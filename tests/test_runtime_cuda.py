@@ -1,0 +1,165 @@
+"""The numeric suite on the GPU (H200, sm_90): every tile and dtype against float64, poisoned
+workspaces, forced LDS / split / vec-1 binaries, batch split, torch interop.
+Skipped with a reason where CuPy or a CUDA device or nvcc is missing."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from wino.grid import aot_stage_specs
+from wino.launch import default_stage_specs
+from wino.problem import Problem
+from wino.runtime import conv2d_reference, dispatch, relative_error
+from wino.runtime.backends import cuda_available
+from wino.runtime.plan import default_tile
+from wino.specs import RtInputSpec
+from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Tile
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a CUDA device"),
+    pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to build the cubins"),
+]
+
+# max|out - ref| / max|ref| bounds per tile family and dtype (issue 4), fp16 transformed storage
+# for bf16 (the default pick).
+BOUNDS = {
+    "F2x2": {"fp32": 2e-6, "fp16": 2e-3, "bf16": 1.5e-2},
+    "F4x2": {"fp32": 1e-5, "fp16": 1e-2, "bf16": 6e-2},
+    "F4x4": {"fp32": 4e-5, "fp16": 3e-2, "bf16": 2e-2},
+    "F6x6": {"fp32": 6e-5, "fp16": 4e-2, "bf16": 4e-2},
+}
+FAMILY = {"F2x2": "F2x2", "F4x2": "F4x2", "F2x4": "F4x2", "F6x2": "F4x2", "F2x6": "F4x2",
+          "F4x4": "F4x4", "F6x4": "F4x4", "F4x6": "F4x4", "F6x6": "F6x6"}
+DTYPES = ("fp32", "fp16", "bf16")
+BASE = Problem(N=3, C=64, H=29, W=23, K=48, pad_h=1, pad_w=1)
+CASES = [
+    Problem(N=2, C=24, H=17, W=19, K=16, pad_h=2, pad_w=0),
+    Problem(N=2, C=12, H=21, W=14, K=20, pad_h=1, pad_w=1, dil_h=2, dil_w=3),
+    Problem(N=1, C=32, H=11, W=9, K=32, pad_h=1, pad_w=1, groups=4),
+    Problem(N=1, C=3, H=23, W=23, K=8, pad_h=1, pad_w=1),
+    Problem(N=1, C=2048, H=4, W=5, K=16, pad_h=1, pad_w=1),
+    Problem(N=1, C=4096, H=3, W=3, K=8, pad_h=1, pad_w=1),
+]
+
+
+def _with(problem: Problem, dtype: str) -> Problem:
+    return Problem(**{**problem.__dict__, "dtype": DType(dtype)})
+
+
+def _lds_specs():
+    return [s for s in aot_stage_specs(Stage.INPUT) if s.path is K2Path.LDS]
+
+
+def _needed_specs():
+    specs = set()
+    for dtype in DTYPES:
+        for tile in TILES:
+            specs.update(default_stage_specs(_with(BASE, dtype), tile).values())
+        for case in CASES:
+            p = _with(case, dtype)
+            specs.update(default_stage_specs(p, default_tile(p)).values())
+    for k2 in _lds_specs() + _vec1_split():
+        p = _with(BASE, k2.io.short)
+        specs.update(_forced(p, k2).values())
+    return specs
+
+
+def _vec1_split():
+    return [s for s in aot_stage_specs(Stage.INPUT)
+            if s.vec == 1 and s.prescale is Prescale.SPLIT and s.path is K2Path.REGISTER]
+
+
+def _forced(problem: Problem, k2: RtInputSpec):
+    specs = dict(default_stage_specs(problem, k2.tile))
+    specs[Stage.INPUT] = k2
+    if k2.prescale is Prescale.SPLIT and Stage.PRESCALE not in specs:
+        from wino.specs import RtPrescaleSpec
+
+        specs[Stage.PRESCALE] = RtPrescaleSpec(k2.tile, k2.io, 8 if problem.C % 8 == 0 else 1)
+    if k2.xdtype is not specs[Stage.FILTER].xdtype:
+        specs[Stage.FILTER] = specs[Stage.FILTER].replace(xdtype=k2.xdtype)
+    return dict(sorted(specs.items(), key=lambda kv: list(Stage).index(kv[0])))
+
+
+@pytest.fixture(scope="session")
+def gpu_cache(tmp_path_factory):
+    from tests import cuda_cache
+
+    root = tmp_path_factory.mktemp("gpu-cache")
+    cuda_cache.build(_needed_specs(), root)
+    return root
+
+
+def _run(problem: Problem, root, tile=None, specs=None, **options):
+    import cupy as cp
+    import ml_dtypes  # noqa: F401
+    import torch
+
+    plan = dispatch(problem, target="cuda", tile=tile, cache_root=root, specs=specs, **options)
+    rng = np.random.default_rng(hash(problem) % 2**32)
+    x64 = rng.standard_normal((problem.N, problem.H, problem.W, problem.C))
+    w64 = rng.standard_normal((problem.K, 3, 3, problem.Cg))
+    tdtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+    x = torch.from_numpy(x64).to("cuda", tdtype[problem.dtype.short])
+    w = torch.from_numpy(w64).to("cuda", tdtype[problem.dtype.short])
+    y = torch.full((problem.N, problem.Ho, problem.Wo, problem.K), float("nan"),
+                   dtype=x.dtype, device="cuda")
+    ws = cp.full(plan.workspace_bytes, 0xFF, dtype=cp.uint8)  # NaN in every view
+    plan.run(x, w, y=y, workspace=ws)
+    cp.cuda.get_current_stream().synchronize()
+    ref = conv2d_reference(x.double().cpu().numpy(), w.double().cpu().numpy(),
+                           (problem.pad_h, problem.pad_w), (problem.dil_h, problem.dil_w),
+                           problem.groups)
+    views = plan.backend().workspace(plan, ws, plan.chunks[-1][1])
+    return plan, relative_error(y.double().cpu().numpy(), ref), views
+
+
+def _all_written(plan, views):
+    import cupy as cp
+
+    for name, view in views.items():
+        data = view.view(cp.float16) if view.dtype == cp.uint16 else view
+        if plan.xdtype is DType.BF16 and name in ("U", "V"):
+            data = ((view.astype(cp.uint32) & 0x7FFF) > 0x7F80)  # bf16 NaN bit pattern
+            assert not bool(data.any()), f"{name} has unwritten elements"
+            continue
+        assert bool(cp.isfinite(data).all()), f"{name} has unwritten elements"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tile", [t.name for t in TILES])
+def test_every_tile_and_dtype(gpu_cache, tile, dtype):
+    problem = _with(BASE, dtype)
+    plan, err, views = _run(problem, gpu_cache, Tile.parse(tile))
+    assert err <= BOUNDS[FAMILY[tile]][dtype], f"{tile} {dtype}: {err:.3e}"
+    _all_written(plan, views)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", CASES, ids=lambda p: p.label().replace(" ", "_"))
+def test_shapes(gpu_cache, case, dtype):
+    problem = _with(case, dtype)
+    plan, err, views = _run(problem, gpu_cache)
+    assert err <= BOUNDS[FAMILY[plan.tile.name]][dtype], f"{plan.tile} {dtype}: {err:.3e}"
+    _all_written(plan, views)
+
+
+@pytest.mark.parametrize("k2", _lds_specs() + _vec1_split(), ids=lambda s: s.name)
+def test_forced_lds_and_split(gpu_cache, k2):
+    problem = _with(BASE, k2.io.short)
+    bound = BOUNDS[FAMILY[k2.tile.name]][k2.io.short]
+    if k2.xdtype is DType.BF16:
+        bound = 0.2
+    plan, err, views = _run(problem, gpu_cache, k2.tile, specs=_forced(problem, k2))
+    assert err <= bound, f"{k2.name}: {err:.3e}"
+    _all_written(plan, views)
+
+
+def test_batch_split_matches_unsplit(gpu_cache):
+    problem = _with(BASE, "fp16").with_batch(5)
+    _, err_split, _ = _run(problem, gpu_cache, Tile(4, 4), batch_split=2)
+    assert err_split <= BOUNDS["F4x4"]["fp16"]
