@@ -243,7 +243,7 @@ def _mapping_cases():
             yield pytest.param(index, tile, vec, id=f"{tile}-v{vec}")
 
 
-@pytest.mark.parametrize("tile_index, tile, vec", _mapping_cases())
+@pytest.mark.parametrize("tile_index, tile, vec", list(_mapping_cases()))
 def test_every_element_written_exactly_once(tile_index, tile, vec):
     checked = 0
     for spec in _specs(tile, vec):
