@@ -3,7 +3,8 @@ every workspace and output element exactly once.
 
 The emulations below mirror the kernels' thread -> work mappings (wino/launch.py's module
 docstring): one function per stage kind computes what one thread writes, dividing by run-time
-extents through the magic pairs of the kernargs exactly as the kernels do."""
+extents through the magic pairs of the kernargs exactly as the kernels do. A K1 or K2 thread
+writes its element for every bin a of U or V, so the bins are not enumerated here."""
 
 from __future__ import annotations
 

@@ -246,11 +246,10 @@ def _tile_section() -> list[str]:
     rows = []
     for tile in TILES:
         for io, xd in _dtype_pairs():
-            row = [tile.name, f"{io.short}/{xd.short}", counts[("k1", tile, io, xd)]]
-            row += [counts[("k2", tile, io, xd, p, m)] for p, m in variants]
-            row += [counts[("k2a", tile, io)], counts[("k4", tile, io)]]
-            rows.append([str(c) if c else "-" for c in row[2:]])
-            rows[-1][:0] = row[:2]
+            cells = [counts[("k1", tile, io, xd)]]
+            cells += [counts[("k2", tile, io, xd, p, m)] for p, m in variants]
+            cells += [counts[("k2a", tile, io)], counts[("k4", tile, io)]]
+            rows.append([tile.name, f"{io.short}/{xd.short}"] + [str(c or "-") for c in cells])
     legend = (
         "Specs per tile and dtype pair (io = input/output dtype, xdtype = transformed "
         "storage); K2 split by path (`reg` register window, `lds` shared-memory region) "
