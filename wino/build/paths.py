@@ -1,0 +1,43 @@
+"""Where the build writes: the build folder (``WINO_BUILD`` or ``<root>/build``) and what lives
+under it besides the cache (wino.cache owns ``cache/v<FORMAT>/``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .. import config
+from ..vocab import Target
+
+SOURCE_EXT = {Target.C: "c", Target.CUDA: "cu", Target.HIP: "hip"}
+
+
+def build_dir(root: Path | str | None = None) -> Path:
+    """The build folder; the same precedence as wino.cache.cache_root (WINO_BUILD first)."""
+    return Path(os.environ.get("WINO_BUILD", root or config.ROOT / "build"))
+
+
+def source_path(target: Target, name: str, root: Path | str | None = None) -> Path:
+    """build/src/<target>/<name>.<ext>: the rendered kernel the compiler reads."""
+    return build_dir(root) / "src" / target.value / f"{name}.{SOURCE_EXT[target]}"
+
+
+def dep_file(root: Path | str | None = None) -> str:
+    """doit's database, inside the build folder (created on demand)."""
+    folder = build_dir(root)
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder / ".doit.db")
+
+
+def write_if_changed(path: Path, text: str) -> bool:
+    """Write ``text`` unless the file already holds it (mtimes stay stable); atomic rename."""
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return False
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return True
