@@ -13,10 +13,30 @@ from .specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec, kern
 from .vocab import TILES, DType, K2Path, Prescale, Stage, Target, Tile
 
 __all__ = [
-    "FORMAT", "TILES", "DType", "K2Path", "Launch", "Prescale", "Problem", "Refused",
-    "RtFilterSpec", "RtInputSpec", "RtOutputSpec", "RtPrescaleSpec", "Stage", "Target", "Tile",
-    "aot_stage_specs", "batch_chunks", "conv2d", "default_stage_specs", "dispatch",
-    "kernel_name", "magic_div", "refused_stage_specs", "stage_launch",
+    "FORMAT",
+    "TILES",
+    "DType",
+    "K2Path",
+    "Launch",
+    "Prescale",
+    "Problem",
+    "Refused",
+    "RtFilterSpec",
+    "RtInputSpec",
+    "RtOutputSpec",
+    "RtPrescaleSpec",
+    "Stage",
+    "Target",
+    "Tile",
+    "aot_stage_specs",
+    "batch_chunks",
+    "conv2d",
+    "default_stage_specs",
+    "dispatch",
+    "kernel_name",
+    "magic_div",
+    "refused_stage_specs",
+    "stage_launch",
 ]
 
 

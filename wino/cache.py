@@ -23,7 +23,7 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -100,12 +100,14 @@ class Manifest:
             )
         entry = self.kernels[name]
         if verify and _checked(entry.path, entry.sha256) is False:
-            raise RuntimeError(f"{entry.path}: checksum does not match the manifest; the cache "
-                               f"is corrupt: rebuild with `doit compile:{self.target.value}`")
+            raise RuntimeError(
+                f"{entry.path}: checksum does not match the manifest; the cache "
+                f"is corrupt: rebuild with `doit compile:{self.target.value}`"
+            )
         return entry
 
 
-@lru_cache(maxsize=None)
+@cache
 def _checked(path: Path, sha256: str) -> bool:
     return path.is_file() and sha256_file(path) == sha256
 
@@ -117,17 +119,21 @@ def read_manifest(path: Path) -> Manifest:
     kernels = {}
     for name, entry in data["kernels"].items():
         kernels[name] = CachedKernel(
-            name, spec_from_fields(entry["stage"], entry["spec"]), entry["symbol"],
-            directory / entry["binary"], entry["sha256"], entry.get("registers"),
-            entry.get("spills"))
+            name,
+            spec_from_fields(entry["stage"], entry["spec"]),
+            entry["symbol"],
+            directory / entry["binary"],
+            entry["sha256"],
+            entry.get("registers"),
+            entry.get("spills"),
+        )
     return Manifest(Target(data["target"]), data["flavor"], directory, data["toolchain"], kernels)
 
 
 def find_manifest(target: Target, root: Path | None = None, flavor: str | None = None) -> Manifest:
     """The target's manifest: the given flavor, or the only / most recently published one."""
     base = cache_root(root) / target.value
-    candidates = sorted(base.glob(f"{flavor or '*'}/{MANIFEST}"),
-                        key=lambda p: p.stat().st_mtime)
+    candidates = sorted(base.glob(f"{flavor or '*'}/{MANIFEST}"), key=lambda p: p.stat().st_mtime)
     if not candidates:
         raise FileNotFoundError(
             f"no {target.value} cache under {base}: build it with `doit compile:{target.value}`"

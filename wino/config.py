@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ def load_yaml_text(text: str, name: str = "<string>") -> Any:
         loader.dispose()
 
 
-@lru_cache(maxsize=None)
+@cache
 def schema(kind: str) -> dict:
     with open(SCHEMAS / f"{kind}.schema.json", encoding="utf-8") as handle:
         return json.load(handle)
@@ -86,7 +86,7 @@ def load_file(path: Path | str, kind: str) -> Any:
     return validate(load_yaml_text(path.read_text(encoding="utf-8"), str(path)), kind, str(path))
 
 
-@lru_cache(maxsize=None)
+@cache
 def declared(kind: str) -> Any:
     """grids/<kind>.yaml, loaded and validated (cached: the declared files are read once)."""
     return load_file(GRIDS / f"{kind}.yaml", kind)

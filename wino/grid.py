@@ -44,8 +44,9 @@ def _excluded(stage: str, fields: dict[str, Any], exclusions: list[dict]) -> Ref
             continue
         match = {k: v for k, v in rule.items() if k not in ("stage", "reason")}
         if all(fields.get(k) == v for k, v in match.items()):
-            return Refused("grid_exclude", f"excluded by grids/stages.yaml exclude[{index}]: "
-                                           f"{rule['reason']}")
+            return Refused(
+                "grid_exclude", f"excluded by grids/stages.yaml exclude[{index}]: {rule['reason']}"
+            )
     return None
 
 
@@ -60,8 +61,10 @@ def expand() -> tuple[dict[Stage, tuple[StageSpec, ...]], tuple[RefusedSpec, ...
         subgrids = data["stages"].get(stage.short, [])
         names = [s["name"] for s in subgrids]
         if len(set(names)) != len(names):
-            raise config.ConfigError(f"grids/stages.yaml: stages.{stage.short}: sub-grid names "
-                                     f"must be unique, got {names}")
+            raise config.ConfigError(
+                f"grids/stages.yaml: stages.{stage.short}: sub-grid names "
+                f"must be unique, got {names}"
+            )
         for subgrid in subgrids:
             for point in _points(subgrid):
                 try:

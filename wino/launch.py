@@ -42,8 +42,20 @@ KERNARG_FIELDS: dict[str, tuple[str, ...]] = {
     "k2_reg": ("P", "C", "lanes", "Cg", "G", "total", *_INPUT_WINDOW, *_TILE_DECODE),
     "k2_fused": ("P", "C", "lanes", "slots", "Cg", "G", *_INPUT_WINDOW, *_TILE_DECODE),
     "k2_lds": ("P", "C", "Cg", "G", "N", *_INPUT_WINDOW, *_TILE_DECODE, "RW", "CH"),
-    "k4": ("P", "K", "lanes", "Kg", "G", "total", "Ho", "Wo", "dil_h", "dil_w", *_TILE_DECODE,
-           "has_tile_scale"),
+    "k4": (
+        "P",
+        "K",
+        "lanes",
+        "Kg",
+        "G",
+        "total",
+        "Ho",
+        "Wo",
+        "dil_h",
+        "dil_w",
+        *_TILE_DECODE,
+        "has_tile_scale",
+    ),
 }
 #: Divisors each stage kind needs as magic pairs (appended to its fields as m_X, s_X).
 KERNARG_MAGICS: dict[str, tuple[str, ...]] = {
@@ -106,20 +118,41 @@ def stage_launch(spec: StageSpec, problem: Problem, *, tile_scale: bool = True) 
     kind = kernarg_kind(spec)
     tg = TileGrid.of(problem, spec.tile)
     g = problem.groups
-    base = dict(P=tg.P, C=problem.C, K=problem.K, Cg=problem.Cg, Kg=problem.Kg, G=g,
-                N=problem.N, H=problem.H, W=problem.W, pad_h=problem.pad_h, pad_w=problem.pad_w,
-                dil_h=problem.dil_h, dil_w=problem.dil_w, Ho=problem.Ho, Wo=problem.Wo,
-                TH=tg.TH, TW=tg.TW, thp=tg.thp, twp=tg.twp, has_tile_scale=int(tile_scale))
+    base = dict(
+        P=tg.P,
+        C=problem.C,
+        K=problem.K,
+        Cg=problem.Cg,
+        Kg=problem.Kg,
+        G=g,
+        N=problem.N,
+        H=problem.H,
+        W=problem.W,
+        pad_h=problem.pad_h,
+        pad_w=problem.pad_w,
+        dil_h=problem.dil_h,
+        dil_w=problem.dil_w,
+        Ho=problem.Ho,
+        Wo=problem.Wo,
+        TH=tg.TH,
+        TW=tg.TW,
+        thp=tg.thp,
+        twp=tg.twp,
+        has_tile_scale=int(tile_scale),
+    )
     channels = problem.K if isinstance(spec, RtOutputSpec) else problem.C
     lanes = channels // spec.vec if not isinstance(spec, RtFilterSpec) else problem.Cg // spec.vec
     geometry, derived = _GEOMETRY[kind](spec, problem, tg, lanes, base)
     bins = spec.tile.bins
     derived.setdefault("grid_y", geometry[0][1])
     derived["lanes"] = lanes
-    derived["max_elems_chunk"] = max(problem.N * problem.H * problem.W * problem.C,
-                                     problem.N * problem.Ho * problem.Wo * problem.K,
-                                     bins * tg.P * problem.C, bins * tg.P * problem.K,
-                                     bins * problem.K * problem.Cg)
+    derived["max_elems_chunk"] = max(
+        problem.N * problem.H * problem.W * problem.C,
+        problem.N * problem.Ho * problem.Wo * problem.K,
+        bins * tg.P * problem.C,
+        bins * tg.P * problem.K,
+        bins * problem.K * problem.Cg,
+    )
     derived["max_threads_chunk"] = geometry[0][0] * geometry[1][0] * geometry[0][1]
     check_fit(spec, problem, derived)
     args = {**base, **derived}
@@ -166,13 +199,20 @@ def _k4(spec, problem, tg, lanes, base):
     return ((_ceil_div(total, spec.block), 1, 1), (spec.block, 1, 1), 0), {"total": total}
 
 
-_GEOMETRY = {"k1": _k1, "k2a": _k2a, "k2_reg": _k2_reg, "k2_fused": _k2_fused,
-             "k2_lds": _k2_lds, "k4": _k4}
+_GEOMETRY = {
+    "k1": _k1,
+    "k2a": _k2a,
+    "k2_reg": _k2_reg,
+    "k2_fused": _k2_fused,
+    "k2_lds": _k2_lds,
+    "k4": _k4,
+}
 
 
 # Workspace -------------------------------------------------------------------------------------
-def workspace_layout(problem: Problem, tile: Tile, xdtype: DType, accdtype: DType,
-                     chunk: int) -> dict[str, tuple[tuple[int, ...], DType]]:
+def workspace_layout(
+    problem: Problem, tile: Tile, xdtype: DType, accdtype: DType, chunk: int
+) -> dict[str, tuple[tuple[int, ...], DType]]:
     """Shapes and dtypes of the plan's buffers for a batch chunk of ``chunk`` images."""
     tg = TileGrid.of(problem.with_batch(chunk), tile)
     a, g = tile.bins, problem.groups
@@ -200,18 +240,22 @@ def batch_chunks(n: int, split: Any) -> list[tuple[int, int]]:
     """(first image, images) per chunk of at most ``split`` images; split must be a positive
     integer (refused otherwise)."""
     if not isinstance(split, int) or isinstance(split, bool) or split < 1:
-        raise Refused("batch_split_not_positive",
-                      f"batch split {split!r} is not a positive integer; pass the number of "
-                      "images per chunk (1 <= split <= N), or None to let dispatch choose")
+        raise Refused(
+            "batch_split_not_positive",
+            f"batch split {split!r} is not a positive integer; pass the number of "
+            "images per chunk (1 <= split <= N), or None to let dispatch choose",
+        )
     split = min(split, n)
     return [(start, min(split, n - start)) for start in range(0, n, split)]
 
 
-def largest_split(problem: Problem, tile: Tile, workspace_limit: int | None,
-                  xdtype: DType, accdtype: DType) -> int:
+def largest_split(
+    problem: Problem, tile: Tile, workspace_limit: int | None, xdtype: DType, accdtype: DType
+) -> int:
     """The largest images-per-chunk whose indices fit 31 bits and whose workspace fits."""
     per_image = max(
-        problem.H * problem.W * problem.C, problem.Ho * problem.Wo * problem.K,
+        problem.H * problem.W * problem.C,
+        problem.Ho * problem.Wo * problem.K,
         tile.bins * tiles_per_image(problem, tile) * max(problem.C, problem.K),
     )
     split = max(1, min(problem.N, (INDEX_LIMIT - 1) // max(per_image, 1)))
@@ -221,8 +265,9 @@ def largest_split(problem: Problem, tile: Tile, workspace_limit: int | None,
         while low < high:
             mid = (low + high + 1) // 2
             layout = workspace_layout(problem, tile, xdtype, accdtype, mid)
-            low, high = (mid, high) if workspace_bytes(layout) <= workspace_limit else (
-                low, mid - 1)
+            low, high = (
+                (mid, high) if workspace_bytes(layout) <= workspace_limit else (low, mid - 1)
+            )
         split = low
     return split
 
@@ -247,9 +292,12 @@ def _first_fit(candidates, problem: Problem) -> StageSpec:
             reasons.append(f"{spec.name}: {refusal}")
             continue
         return spec
-    raise Refused("no_spec_in_grid",
-                  "no kernel of the grid fits this problem; tried " + "; ".join(reasons)
-                  + ". Add a fitting sub-grid to grids/stages.yaml and rebuild")
+    raise Refused(
+        "no_spec_in_grid",
+        "no kernel of the grid fits this problem; tried "
+        + "; ".join(reasons)
+        + ". Add a fitting sub-grid to grids/stages.yaml and rebuild",
+    )
 
 
 def _vecs_dividing(n: int) -> list[int]:
@@ -260,17 +308,17 @@ def _input_candidates(problem: Problem, tile: Tile, dtype: DType, xdtype: DType)
     for vec in _vecs_dividing(problem.Cg):
         if xdtype is DType.FP16:
             for block in (256, 512, 1024):
-                yield RtInputSpec(tile, dtype, xdtype, vec, block, K2Path.REGISTER, 0, 0,
-                                  Prescale.FUSED)
-            yield RtInputSpec(tile, dtype, xdtype, vec, 256, K2Path.REGISTER, 0, 0,
-                              Prescale.SPLIT)
+                yield RtInputSpec(
+                    tile, dtype, xdtype, vec, block, K2Path.REGISTER, 0, 0, Prescale.FUSED
+                )
+            yield RtInputSpec(tile, dtype, xdtype, vec, 256, K2Path.REGISTER, 0, 0, Prescale.SPLIT)
         else:
-            yield RtInputSpec(tile, dtype, xdtype, vec, 256, K2Path.REGISTER, 0, 0,
-                              Prescale.NONE)
+            yield RtInputSpec(tile, dtype, xdtype, vec, 256, K2Path.REGISTER, 0, 0, Prescale.NONE)
 
 
-def default_stage_specs(problem: Problem, tile: Tile, dtype: DType | None = None,
-                        xdtype: DType | None = None) -> dict[Stage, StageSpec]:
+def default_stage_specs(
+    problem: Problem, tile: Tile, dtype: DType | None = None, xdtype: DType | None = None
+) -> dict[Stage, StageSpec]:
     """The default pick per stage for a problem (its first batch chunk decides nothing: the
     channel extents do); ``dtype`` overrides the problem's. Always inside the grid; raises
     Refused when nothing fits."""
@@ -279,15 +327,19 @@ def default_stage_specs(problem: Problem, tile: Tile, dtype: DType | None = None
     probe = replace(problem, N=1, dtype=dtype)
     k2 = _first_fit(_input_candidates(probe, tile, dtype, xdtype), probe)
     picks: dict[Stage, StageSpec] = {
-        Stage.FILTER: _first_fit((RtFilterSpec(tile, dtype, xdtype, v, 256, 1)
-                                  for v in _vecs_dividing(problem.Cg)), probe),
+        Stage.FILTER: _first_fit(
+            (RtFilterSpec(tile, dtype, xdtype, v, 256, 1) for v in _vecs_dividing(problem.Cg)),
+            probe,
+        ),
         Stage.INPUT: k2,
     }
     if k2.prescale is Prescale.SPLIT:
-        picks[Stage.PRESCALE] = _first_fit((RtPrescaleSpec(tile, dtype, v, 256)
-                                            for v in _vecs_dividing(problem.C)), probe)
-    picks[Stage.OUTPUT] = _first_fit((RtOutputSpec(tile, dtype, DType.FP32, v, 256)
-                                      for v in _vecs_dividing(problem.Kg)), probe)
+        picks[Stage.PRESCALE] = _first_fit(
+            (RtPrescaleSpec(tile, dtype, v, 256) for v in _vecs_dividing(problem.C)), probe
+        )
+    picks[Stage.OUTPUT] = _first_fit(
+        (RtOutputSpec(tile, dtype, DType.FP32, v, 256) for v in _vecs_dividing(problem.Kg)), probe
+    )
     return dict(sorted(picks.items(), key=lambda item: grid.GRID_STAGES.index(item[0])))
 
 

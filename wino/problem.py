@@ -31,11 +31,46 @@ MIOPEN_FLAGS: tuple[tuple[str, str, str, int], ...] = (
 )
 #: Flags MIOpenDriver takes that do not change the problem (timing, verification, layouts...).
 MIOPEN_IGNORED = {
-    "-t", "--time", "-V", "--verify", "-i", "--iter", "-s", "--search", "-w", "--wall",
-    "-b", "--bias", "-m", "--mode", "-z", "--pad_mode", "-P", "--printconv", "-S", "--solution",
-    "-I", "--in_layout", "-O", "--out_layout", "-f", "--fil_layout", "-_", "--spatial_dim",
-    "-a", "--in_data", "-e", "--weights", "-o", "--dump_output", "-r", "--pad_val",
-    "-A", "--in_d", "-B", "--fil_d",
+    "-t",
+    "--time",
+    "-V",
+    "--verify",
+    "-i",
+    "--iter",
+    "-s",
+    "--search",
+    "-w",
+    "--wall",
+    "-b",
+    "--bias",
+    "-m",
+    "--mode",
+    "-z",
+    "--pad_mode",
+    "-P",
+    "--printconv",
+    "-S",
+    "--solution",
+    "-I",
+    "--in_layout",
+    "-O",
+    "--out_layout",
+    "-f",
+    "--fil_layout",
+    "-_",
+    "--spatial_dim",
+    "-a",
+    "--in_data",
+    "-e",
+    "--weights",
+    "-o",
+    "--dump_output",
+    "-r",
+    "--pad_val",
+    "-A",
+    "--in_d",
+    "-B",
+    "--fil_d",
 }
 MIOPEN_COMMANDS = {"conv": DType.FP32, "convfp16": DType.FP16, "convbfp16": DType.BF16}
 
@@ -71,8 +106,20 @@ class Problem:
             value = getattr(self, f.name)
             if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool)):
                 raise ValueError(f"Problem.{f.name}: expected an integer, got {value!r}")
-        for name in ("N", "C", "H", "W", "K", "R", "S", "stride_h", "stride_w", "dil_h",
-                     "dil_w", "groups"):
+        for name in (
+            "N",
+            "C",
+            "H",
+            "W",
+            "K",
+            "R",
+            "S",
+            "stride_h",
+            "stride_w",
+            "dil_h",
+            "dil_w",
+            "groups",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"Problem.{name}: must be >= 1, got {getattr(self, name)}")
         for name in ("pad_h", "pad_w"):
@@ -122,9 +169,11 @@ class Problem:
             extra += f" g{self.groups}"
         if self.dil_h > 1 or self.dil_w > 1:
             extra += f" d{self.dil_h}x{self.dil_w}"
-        return (f"{self.dtype.short} N{self.N} C{self.C} {self.H}x{self.W} K{self.K} "
-                f"{self.R}x{self.S} p{self.pad_h}x{self.pad_w} s{self.stride_h}x{self.stride_w}"
-                f"{extra}")
+        return (
+            f"{self.dtype.short} N{self.N} C{self.C} {self.H}x{self.W} K{self.K} "
+            f"{self.R}x{self.S} p{self.pad_h}x{self.pad_w} s{self.stride_h}x{self.stride_w}"
+            f"{extra}"
+        )
 
     def to_miopen(self) -> str:
         command = {v: k for k, v in MIOPEN_COMMANDS.items()}[self.dtype]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from . import config
@@ -39,10 +39,35 @@ def _ceil_div(a: int, b: int) -> int:
 
 HELPERS = {"is_pow2": _is_pow2, "ceil_div": _ceil_div, "max": max, "min": min, "abs": abs}
 _ALLOWED_NODES = (
-    ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.BinOp,
-    ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.Pow, ast.Compare, ast.Eq, ast.NotEq,
-    ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn, ast.Name, ast.Load, ast.Constant,
-    ast.Call, ast.Tuple, ast.List,
+    ast.Expression,
+    ast.BoolOp,
+    ast.And,
+    ast.Or,
+    ast.UnaryOp,
+    ast.Not,
+    ast.USub,
+    ast.BinOp,
+    ast.Add,
+    ast.Sub,
+    ast.Mult,
+    ast.FloorDiv,
+    ast.Mod,
+    ast.Pow,
+    ast.Compare,
+    ast.Eq,
+    ast.NotEq,
+    ast.Lt,
+    ast.LtE,
+    ast.Gt,
+    ast.GtE,
+    ast.In,
+    ast.NotIn,
+    ast.Name,
+    ast.Load,
+    ast.Constant,
+    ast.Call,
+    ast.Tuple,
+    ast.List,
 )
 
 
@@ -59,8 +84,9 @@ class Rule:
         return _compile(self.when, self.id)
 
     def names(self) -> set[str]:
-        return {n.id for n in ast.walk(ast.parse(self.when, mode="eval"))
-                if isinstance(n, ast.Name)} - set(HELPERS)
+        return {
+            n.id for n in ast.walk(ast.parse(self.when, mode="eval")) if isinstance(n, ast.Name)
+        } - set(HELPERS)
 
     def fires(self, namespace: dict[str, Any]) -> bool:
         code = self.code  # a syntax error or a forbidden construct is a ConfigError first
@@ -81,7 +107,7 @@ class Rule:
         return Refused(self.id, text)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _compile(expression: str, rule_id: str):
     try:
         tree = ast.parse(expression, mode="eval")
@@ -97,8 +123,9 @@ def _compile(expression: str, rule_id: str):
         if isinstance(node, ast.Call) and not (
             isinstance(node.func, ast.Name) and node.func.id in HELPERS
         ):
-            raise config.ConfigError(f"refusals.yaml rule {rule_id}: only {sorted(HELPERS)} "
-                                     "may be called in a condition")
+            raise config.ConfigError(
+                f"refusals.yaml rule {rule_id}: only {sorted(HELPERS)} may be called in a condition"
+            )
     return compile(tree, f"<rule {rule_id}>", "eval")
 
 
@@ -136,8 +163,9 @@ def spec_namespace(spec: StageSpec) -> dict[str, Any]:
     ns = dict(params)
     ns.update(spec.fields_dict())
     tile = spec.tile
-    ns.update(stage=spec.stage.short, bins=tile.bins, mh=tile.mh, mw=tile.mw, ah=tile.ah,
-              aw=tile.aw)
+    ns.update(
+        stage=spec.stage.short, bins=tile.bins, mh=tile.mh, mw=tile.mw, ah=tile.ah, aw=tile.aw
+    )
     if isinstance(spec, RtInputSpec):
         ns["lds_bytes"] = lds_bytes(spec)
     return ns
@@ -147,9 +175,13 @@ def elems_one_image(problem: Problem, tile: Tile) -> int:
     """The largest buffer one image needs (x, y, V, M, or U which no batch split shrinks),
     in elements."""
     p1 = tiles_per_image(problem, tile)
-    return max(problem.H * problem.W * problem.C, problem.Ho * problem.Wo * problem.K,
-               tile.bins * p1 * problem.C, tile.bins * p1 * problem.K,
-               tile.bins * problem.K * problem.Cg)
+    return max(
+        problem.H * problem.W * problem.C,
+        problem.Ho * problem.Wo * problem.K,
+        tile.bins * p1 * problem.C,
+        tile.bins * p1 * problem.K,
+        tile.bins * problem.K * problem.Cg,
+    )
 
 
 def tiles_per_image(problem: Problem, tile: Tile) -> int:
@@ -162,8 +194,23 @@ def tiles_per_image(problem: Problem, tile: Tile) -> int:
 def problem_namespace(problem: Problem, tile: Tile | None = None) -> dict[str, Any]:
     params, _ = rule_book()
     ns = dict(params)
-    for name in ("N", "C", "H", "W", "K", "R", "S", "pad_h", "pad_w", "stride_h", "stride_w",
-                 "dil_h", "dil_w", "groups", "direction"):
+    for name in (
+        "N",
+        "C",
+        "H",
+        "W",
+        "K",
+        "R",
+        "S",
+        "pad_h",
+        "pad_w",
+        "stride_h",
+        "stride_w",
+        "dil_h",
+        "dil_w",
+        "groups",
+        "direction",
+    ):
         ns[name] = getattr(problem, name)
     ns.update(dtype=problem.dtype.short, Cg=problem.Cg, Kg=problem.Kg)
     if problem.R == 3 and problem.S == 3 and problem.stride_h == 1 and problem.stride_w == 1:

@@ -34,8 +34,13 @@ class _Spec:
                 except ValueError as err:
                     raise ValueError(f"{type(self).__name__}.{f.name}: {err}") from None
                 object.__setattr__(self, f.name, value)
-            expected = {"Tile": Tile, "DType": DType, "K2Path": K2Path, "Prescale": Prescale,
-                        "int": int}[f.type]
+            expected = {
+                "Tile": Tile,
+                "DType": DType,
+                "K2Path": K2Path,
+                "Prescale": Prescale,
+                "int": int,
+            }[f.type]
             if not isinstance(value, expected) or isinstance(value, bool):
                 raise ValueError(
                     f"{type(self).__name__}.{f.name}: expected {f.type}, got {value!r}"

@@ -56,8 +56,13 @@ class DType(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> DType:
-        aliases = {"half": "fp16", "float16": "fp16", "bfloat16": "bf16", "float": "fp32",
-                   "float32": "fp32"}
+        aliases = {
+            "half": "fp16",
+            "float16": "fp16",
+            "bfloat16": "bf16",
+            "float": "fp32",
+            "float32": "fp32",
+        }
         return cls(aliases.get(text, text))
 
 
@@ -139,8 +144,8 @@ class Tile:
 
 #: Every supported tile (rows x cols); the order is the order of listings and sweeps.
 TILES: tuple[Tile, ...] = tuple(
-    Tile(mh, mw) for mh, mw in [(2, 2), (4, 4), (6, 6), (6, 4), (4, 6), (6, 2), (2, 6), (4, 2),
-                                (2, 4)]
+    Tile(mh, mw)
+    for mh, mw in [(2, 2), (4, 4), (6, 6), (6, 4), (4, 6), (6, 2), (2, 6), (4, 2), (2, 4)]
 )
 
 VECS: tuple[int, ...] = (1, 2, 4, 8)

@@ -14,7 +14,7 @@ Y = At_h [ (G_h g G_w^T) * (Bt_h d B_w) ] A_w.
 from __future__ import annotations
 
 from fractions import Fraction
-from functools import lru_cache
+from functools import cache
 
 R = 3  # filter taps
 
@@ -38,7 +38,7 @@ def _poly_from_roots(roots: list[Fraction], n: int) -> tuple[Fraction, ...]:
     return tuple(coeffs + [Fraction(0)] * (n - len(coeffs)))
 
 
-@lru_cache(maxsize=None)
+@cache
 def matrices(m: int) -> tuple[Matrix, Matrix, Matrix]:
     """(At, G, Bt) for F(m, 3) as tuples of Fractions: At is m x n, G is n x 3, Bt is n x n."""
     if m not in POINTS:
@@ -46,8 +46,7 @@ def matrices(m: int) -> tuple[Matrix, Matrix, Matrix]:
     points = list(POINTS[m])
     n = m + R - 1
     at = tuple(
-        tuple(points[j] ** i for j in range(n - 1)) + (Fraction(int(i == m - 1)),)
-        for i in range(m)
+        tuple(points[j] ** i for j in range(n - 1)) + (Fraction(int(i == m - 1)),) for i in range(m)
     )
     g_rows = []
     bt_rows = []
@@ -68,8 +67,9 @@ def transpose(mat: Matrix) -> Matrix:
 
 
 def matmul(a: Matrix, b: Matrix) -> Matrix:
+    cols = transpose(b)
     return tuple(
-        tuple(sum((x * y for x, y in zip(row, col, strict=True)), Fraction(0)) for col in zip(*b))
+        tuple(sum((x * y for x, y in zip(row, col, strict=True)), Fraction(0)) for col in cols)
         for row in a
     )
 

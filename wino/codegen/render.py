@@ -20,8 +20,12 @@ from .renderers import RENDERERS
 from .transforms import apply_2d, tile_matrices
 
 TEMPLATES = ROOT / "templates"
-TEMPLATE_OF = {RtFilterSpec: "k1_filter.j2", RtPrescaleSpec: "k2a_prescale.j2",
-               RtInputSpec: "k2_input.j2", RtOutputSpec: "k4_output.j2"}
+TEMPLATE_OF = {
+    RtFilterSpec: "k1_filter.j2",
+    RtPrescaleSpec: "k2a_prescale.j2",
+    RtInputSpec: "k2_input.j2",
+    RtOutputSpec: "k4_output.j2",
+}
 
 
 @lru_cache(maxsize=1)
@@ -49,8 +53,12 @@ def buffer_params(spec: StageSpec) -> list[tuple[str, str]]:
         return [(f"const {raw(spec.io)}*", "x"), ("float*", "ts")]
     if isinstance(spec, RtInputSpec):
         return [(f"const {raw(spec.io)}*", "x"), (f"{raw(spec.xdtype)}*", "V"), ("float*", "ts")]
-    return [(f"const {raw(spec.accdtype)}*", "M"), ("const float*", "fs"),
-            ("const float*", "ts"), (f"{raw(spec.io)}*", "y")]
+    return [
+        (f"const {raw(spec.accdtype)}*", "M"),
+        ("const float*", "fs"),
+        ("const float*", "ts"),
+        (f"{raw(spec.io)}*", "y"),
+    ]
 
 
 def _transform_lines(spec: StageSpec) -> dict[str, list[str]]:
@@ -79,11 +87,22 @@ def render(spec: StageSpec, target: Target | str, baked: Problem | None = None) 
     renderer = RENDERERS[target](baked=kernargs)
     tile = spec.tile
     context = dict(
-        spec=spec, r=renderer, name=baked_symbol(spec) if baked else spec.name,
-        kernarg_fields=kernarg_names(kernarg_kind(spec)), params=buffer_params(spec),
-        tile=tile.name, mh=tile.mh, mw=tile.mw, ah=tile.ah, aw=tile.aw, bins=tile.bins,
-        vec=spec.vec, block=spec.block, io=spec.io,
-        xdtype=getattr(spec, "xdtype", None), accdtype=getattr(spec, "accdtype", None),
+        spec=spec,
+        r=renderer,
+        name=baked_symbol(spec) if baked else spec.name,
+        kernarg_fields=kernarg_names(kernarg_kind(spec)),
+        params=buffer_params(spec),
+        tile=tile.name,
+        mh=tile.mh,
+        mw=tile.mw,
+        ah=tile.ah,
+        aw=tile.aw,
+        bins=tile.bins,
+        vec=spec.vec,
+        block=spec.block,
+        io=spec.io,
+        xdtype=getattr(spec, "xdtype", None),
+        accdtype=getattr(spec, "accdtype", None),
         **_transform_lines(spec),
     )
     text = environment().get_template(TEMPLATE_OF[type(spec)]).render(context)

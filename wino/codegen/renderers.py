@@ -68,8 +68,9 @@ class Renderer:
         """Initialiser of the local kernarg copy A: the passed struct, or baked constants."""
         if self.baked is None:
             return self.args_source()
-        values = ", ".join(f"{int(v)}" + ("u" if k.startswith(("m_", "s_")) else "")
-                           for k, v in self.baked.items())
+        values = ", ".join(
+            f"{int(v)}" + ("u" if k.startswith(("m_", "s_")) else "") for k, v in self.baked.items()
+        )
         return "{" + values + "}"
 
     def args_source(self) -> str:
@@ -112,7 +113,8 @@ class CRenderer(Renderer):
         return (
             "#include <stdlib.h>\n"
             "#include <string.h>\n"
-            "static inline unsigned wino_f2u(float f) { unsigned u; memcpy(&u, &f, 4); return u; }\n"
+            "static inline unsigned wino_f2u(float f) "
+            "{ unsigned u; memcpy(&u, &f, 4); return u; }\n"
             "static inline float wino_u2f(unsigned u) { float f; memcpy(&f, &u, 4); return f; }\n"
             "static inline float wino_h2f(unsigned short h) "
             "{ _Float16 f; memcpy(&f, &h, 2); return (float)f; }\n"
@@ -124,8 +126,10 @@ class CRenderer(Renderer):
         return "*A_in"
 
     def _signature(self, params: list[tuple[str, str]]) -> str:
-        return ", ".join(f"{ctype} {self.restrict} {name}" if "*" in ctype else f"{ctype} {name}"
-                         for ctype, name in params)
+        return ", ".join(
+            f"{ctype} {self.restrict} {name}" if "*" in ctype else f"{ctype} {name}"
+            for ctype, name in params
+        )
 
     def kernel_begin(self, name: str, params: list[tuple[str, str]], block: int) -> str:
         self.block = block

@@ -38,8 +38,9 @@ def linear_combination(coeffs, terms: list[str]) -> str:
     return out or "0.0f"
 
 
-def apply_2d(left: Matrix, right: Matrix, src: Access, dst: Access, tmp: str,
-             indent: str = "") -> list[str]:
+def apply_2d(
+    left: Matrix, right: Matrix, src: Access, dst: Access, tmp: str, indent: str = ""
+) -> list[str]:
     """Statements computing dst[i][j] = sum_ab left[i][a] * src(a, b) * right[j][b].
 
     ``tmp`` names a scratch prefix: the first pass writes ``float {tmp}{i}_{b}``."""
