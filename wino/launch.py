@@ -38,7 +38,7 @@ _INPUT_WINDOW = ("H", "W", "pad_h", "pad_w", "dil_h", "dil_w")
 #: magic pair for a division by X). The templates render their structs from this table.
 KERNARG_FIELDS: dict[str, tuple[str, ...]] = {
     "k1": ("K", "Cg", "lanes"),
-    "k2a": ("P", "C", "lanes", *_INPUT_WINDOW, *_TILE_DECODE),
+    "k2a": ("P", "C", "lanes", "span", "slots", *_INPUT_WINDOW, *_TILE_DECODE),
     "k2_reg": ("P", "C", "lanes", "Cg", "G", "total", *_INPUT_WINDOW, *_TILE_DECODE),
     "k2_fused": ("P", "C", "lanes", "slots", "Cg", "G", *_INPUT_WINDOW, *_TILE_DECODE),
     "k2_lds": ("P", "C", "Cg", "G", "N", *_INPUT_WINDOW, *_TILE_DECODE, "RW", "CH"),
@@ -60,7 +60,7 @@ KERNARG_FIELDS: dict[str, tuple[str, ...]] = {
 #: Divisors each stage kind needs as magic pairs (appended to its fields as m_X, s_X).
 KERNARG_MAGICS: dict[str, tuple[str, ...]] = {
     "k1": (),
-    "k2a": _TILE_DECODE,
+    "k2a": ("span", *_TILE_DECODE),
     "k2_reg": ("lanes", "Cg", *_TILE_DECODE),
     "k2_fused": ("lanes", "Cg", *_TILE_DECODE),
     "k2_lds": ("RW", "dil_w", *_TILE_DECODE, "CH"),
@@ -171,7 +171,9 @@ def _k1(spec, problem, tg, lanes, base):
 
 
 def _k2a(spec, problem, tg, lanes, base):
-    return ((tg.P, 1, 1), (spec.block, 1, 1), 0), {}
+    span = min(lanes, spec.block)
+    slots = spec.block // span
+    return ((_ceil_div(tg.P, slots), 1, 1), (spec.block, 1, 1), 0), {"span": span, "slots": slots}
 
 
 def _k2_reg(spec, problem, tg, lanes, base):

@@ -8,7 +8,7 @@ calls them.
 
 from __future__ import annotations
 
-from functools import lru_cache
+import functools
 from typing import Any
 
 import numpy as np
@@ -18,21 +18,19 @@ from ..launch import kernarg_names
 from ..vocab import DType, Stage
 from .arrays import dtype_of, is_torch
 from .backends import carve, check_operands, kind_of
+from .cublas import CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F, Gemm
 from .plan import GemmStep, KernelStep, Plan, plan_layout
 
-CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 0, 2, 14
-CUBLAS_COMPUTE_32F = 68
-CUBLAS_GEMM_DEFAULT = -1
-CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
 _CUDA_TYPE = {DType.FP32: CUDA_R_32F, DType.FP16: CUDA_R_16F, DType.BF16: CUDA_R_16BF}
 _RAW = {2: np.uint16, 4: np.float32}
 
 
-@lru_cache(maxsize=None)
+@functools.cache
 def args_dtype(kind: str) -> np.dtype:
     """The kernarg struct as a numpy structured dtype (passed by value to the kernel)."""
-    return np.dtype([(n, np.uint32 if n.startswith(("m_", "s_")) else np.int32)
-                     for n in kernarg_names(kind)])
+    return np.dtype(
+        [(n, np.uint32 if n.startswith(("m_", "s_")) else np.int32) for n in kernarg_names(kind)]
+    )
 
 
 def device_view(array: Any, dtype: DType):
@@ -44,11 +42,15 @@ def device_view(array: Any, dtype: DType):
             raise ValueError("torch tensors must be contiguous CUDA tensors")
         pointer, nbytes = array.data_ptr(), array.numel() * array.element_size()
         memory = cupy.cuda.UnownedMemory(pointer, nbytes, array)
-        return cupy.ndarray(tuple(array.shape), dtype=_RAW[dtype.itemsize],
-                            memptr=cupy.cuda.MemoryPointer(memory, 0))
+        return cupy.ndarray(
+            tuple(array.shape),
+            dtype=_RAW[dtype.itemsize],
+            memptr=cupy.cuda.MemoryPointer(memory, 0),
+        )
     if not isinstance(array, cupy.ndarray):
-        raise TypeError(f"the cuda target takes CuPy arrays or torch CUDA tensors, got "
-                        f"{type(array).__name__}")
+        raise TypeError(
+            f"the cuda target takes CuPy arrays or torch CUDA tensors, got {type(array).__name__}"
+        )
     return cupy.ascontiguousarray(array).view(_RAW[dtype.itemsize])
 
 
@@ -60,6 +62,7 @@ class CudaBackend:
         self.manifest = manifest
         self._functions: dict[str, Any] = {}
         self._dummy = cupy.zeros(4, dtype=cupy.float32)
+        self._gemm: Gemm | None = None
 
     def function(self, name: str):
         if name not in self._functions:
@@ -82,8 +85,11 @@ class CudaBackend:
         views = {}
         layout = plan_layout(plan.problem, plan.tile, plan.specs, images)
         for name, (offset, shape, dtype, count) in carve(layout, raw.size).items():
-            views[name] = raw[offset:offset + count * dtype.itemsize].view(
-                _RAW[dtype.itemsize]).reshape(shape)
+            views[name] = (
+                raw[offset : offset + count * dtype.itemsize]
+                .view(_RAW[dtype.itemsize])
+                .reshape(shape)
+            )
         return views
 
     def transform_filter(self, plan: Plan, w, workspace=None):
@@ -120,7 +126,7 @@ class CudaBackend:
         u, fs = U
         for start, images in plan.chunks:
             views = self.workspace(plan, workspace, images)
-            xs, ys = xv[start:start + images], yv[start:start + images]
+            xs, ys = xv[start : start + images], yv[start : start + images]
             ts = views.get("ts")
             for step in plan.chunk_steps[images]:
                 if isinstance(step, GemmStep):
@@ -135,18 +141,29 @@ class CudaBackend:
 
     def gemm(self, step: GemmStep, V, U, M) -> None:
         """Row-major M[P x Kg] = V[P x Cg] . U[Kg x Cg]^T per (bin, group), as column-major
-        M^T = U . V^T: op(A) = U (A = U^T col-major, transposed), op(B) = V^T."""
-        from cupy_backends.cuda.libs import cublas
-
-        cupy = self.cupy
-        handle = cupy.cuda.device.get_cublas_handle()
-        cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
-        one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+        M^T = U . V^T: op(A) = U (A = U^T col-major, transposed), op(B) = V^T. Capturable into
+        a CUDA graph (wino.runtime.cublas)."""
+        if self._gemm is None:
+            self._gemm = Gemm(self.cupy)
         m, n, k = step.n, step.m, step.k
         xt, at = _CUDA_TYPE[step.xdtype], _CUDA_TYPE[step.accdtype]
-        cublas.gemmStridedBatchedEx(
-            handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, one.ctypes.data,
-            U.data.ptr, xt, k, m * k,
-            V.data.ptr, xt, k, n * k,
-            zero.ctypes.data, M.data.ptr, at, m, n * m,
-            step.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
+        self._gemm.strided_batched(
+            CUBLAS_OP_T,
+            CUBLAS_OP_N,
+            m,
+            n,
+            k,
+            U.data.ptr,
+            xt,
+            k,
+            m * k,
+            V.data.ptr,
+            xt,
+            k,
+            n * k,
+            M.data.ptr,
+            at,
+            m,
+            n * m,
+            step.batch,
+        )
