@@ -73,9 +73,11 @@ def _k1(spec, ka, bx, by, tid, block):
 
 
 def _k2a(spec, ka, bx, by, tid, block):
-    """ts[p] for p = block index (thread 0 stores it)."""
-    if tid == 0 and bx < ka["P"]:
-        yield (bx,)
+    """ts[p]: a workgroup holds `slots` tiles of `span` threads; a tile's first thread stores."""
+    slot, l0 = _divmod(tid, ka, "span")
+    p = bx * ka["slots"] + slot
+    if slot < ka["slots"] and p < ka["P"] and l0 == 0:
+        yield (p,)
 
 
 def _v_writes(spec, ka, p, lane):
@@ -404,7 +406,7 @@ def test_kernarg_tables_are_consistent():
     "spec, kind, grid_x",
     [
         (RtFilterSpec(io="fp32", xdtype="fp32", rows=3, block=64), "k1", _ceil(40, 3)),
-        (RtPrescaleSpec(io="fp16", block=64), "k2a", 32),  # one workgroup per tile
+        (RtPrescaleSpec(io="fp16", block=64), "k2a", 32 // 2),  # 32 lanes: 2 tiles each
         (
             RtInputSpec(io="fp32", xdtype="fp32", prescale="none", vec=2, block=64),
             "k2_reg",
