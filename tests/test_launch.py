@@ -347,7 +347,8 @@ def _reference_extents(spec, problem: Problem) -> dict[str, int]:
         twp=twp,
         lanes=lanes,
         total=P * lanes,
-        slots=max(spec.block // lanes, 1),
+        span=min(lanes, spec.block),
+        slots=spec.block // min(lanes, spec.block),
         has_tile_scale=1,
     )
     if isinstance(spec, RtInputSpec) and spec.lds_width:
