@@ -49,9 +49,11 @@ def task_manifest():
 def task_validate():
     """Validate grids/*.yaml against schema/*.json and expand the grid."""
     paths = sorted(str(p) for p in config.GRIDS.glob("*.yaml"))
-    return {"actions": [(tasks.validate_action, (paths,))],
-            "file_dep": paths + sorted(str(p) for p in config.SCHEMAS.glob("*.json")),
-            "verbosity": 2}
+    return {
+        "actions": [(tasks.validate_action, (paths,))],
+        "file_dep": paths + sorted(str(p) for p in config.SCHEMAS.glob("*.json")),
+        "verbosity": 2,
+    }
 
 
 def task_golden():

@@ -53,8 +53,9 @@ class KernelBinary:
     @property
     def directory(self) -> Path:
         """The flavor folder: build/cache/v<FORMAT>/<target>/<flavor>/."""
-        return cache.flavor_dir(self.toolchain.target, self.toolchain.flavor,
-                                Path(self.root) if self.root else None)
+        return cache.flavor_dir(
+            self.toolchain.target, self.toolchain.flavor, Path(self.root) if self.root else None
+        )
 
     @property
     def stem(self) -> str:
@@ -87,9 +88,13 @@ def compile_kernel(kb: KernelBinary, src: Path) -> dict[str, Any]:
     try:
         out = compile_source(kb.toolchain, src, kb.name, scratch)
         report: dict[str, Any] = {
-            "name": kb.name, "binary": kb.binary.relative_to(kb.directory).as_posix(),
-            "source_sha256": kb.source_sha256, "registers": out.report["registers"],
-            "spills": out.report["spills"], "extra": dict(out.report["extra"]), "log": out.log,
+            "name": kb.name,
+            "binary": kb.binary.relative_to(kb.directory).as_posix(),
+            "source_sha256": kb.source_sha256,
+            "registers": out.report["registers"],
+            "spills": out.report["spills"],
+            "extra": dict(out.report["extra"]),
+            "log": out.log,
         }
         for kind, path in sorted(out.artefacts.items()):
             final = kb.directory / f"{kb.stem}.{kind}"
@@ -104,8 +109,9 @@ def compile_kernel(kb: KernelBinary, src: Path) -> dict[str, Any]:
     return report
 
 
-def build_kernel(toolchains: tuple[Toolchain, ...], stage: str, fields: dict[str, Any],
-                 root: str | None = None) -> dict[str, list[str]]:
+def build_kernel(
+    toolchains: tuple[Toolchain, ...], stage: str, fields: dict[str, Any], root: str | None = None
+) -> dict[str, list[str]]:
     """Render one spec for its target, write the source if it changed, and compile it for each
     toolchain (arch) whose binary is not there yet. Returns the flavors compiled and skipped."""
     spec = spec_from_fields(stage, fields)
@@ -129,24 +135,35 @@ def manifest_entry(spec: StageSpec, kb: KernelBinary) -> dict[str, Any]:
     try:
         report = json.loads(kb.report.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise FileNotFoundError(f"{kb.report}: {spec.name} is not built for "
-                                f"{kb.toolchain.flavor}; run `doit compile_"
-                                f"{kb.toolchain.target.value}:{spec.name}`") from None
+        raise FileNotFoundError(
+            f"{kb.report}: {spec.name} is not built for "
+            f"{kb.toolchain.flavor}; run `doit compile_"
+            f"{kb.toolchain.target.value}:{spec.name}`"
+        ) from None
     return {
-        "stage": spec.stage.short, "spec": spec.fields_dict(), "symbol": spec.name,
-        "binary": report["binary"], "sha256": report["sha256"],
-        "source_sha256": report["source_sha256"], "registers": report["registers"],
-        "spills": report["spills"], "extra": report["extra"],
+        "stage": spec.stage.short,
+        "spec": spec.fields_dict(),
+        "symbol": spec.name,
+        "binary": report["binary"],
+        "sha256": report["sha256"],
+        "source_sha256": report["source_sha256"],
+        "registers": report["registers"],
+        "spills": report["spills"],
+        "extra": report["extra"],
     }
 
 
-def write_target_manifest(tc: Toolchain, kernels: list[tuple[StageSpec, KernelBinary]],
-                          root: str | None = None) -> Path:
+def write_target_manifest(
+    tc: Toolchain, kernels: list[tuple[StageSpec, KernelBinary]], root: str | None = None
+) -> Path:
     """Publish the flavor's manifest: exactly the given kernels (atomic, validated)."""
     manifest = {
-        "format": FORMAT, "target": tc.target.value, "flavor": tc.flavor,
+        "format": FORMAT,
+        "target": tc.target.value,
+        "flavor": tc.flavor,
         "toolchain": tc.manifest_toolchain(),
         "kernels": {spec.name: manifest_entry(spec, kb) for spec, kb in kernels},
     }
-    return cache.write_manifest(cache.flavor_dir(tc.target, tc.flavor,
-                                                 Path(root) if root else None), manifest)
+    return cache.write_manifest(
+        cache.flavor_dir(tc.target, tc.flavor, Path(root) if root else None), manifest
+    )

@@ -59,8 +59,10 @@ SHARD: tuple[GoldenKernel, ...] = (
     GoldenKernel(RtInputSpec(Tile(2, 4), _F32, _F32, 4, 64, _LDS, 16, 4, Prescale.NONE)),
     GoldenKernel(RtOutputSpec(Tile(4, 4), _F16, _F32, 8, 256)),
     GoldenKernel(RtOutputSpec(Tile(6, 2), _BF16, _F32, 1, 256)),
-    GoldenKernel(RtInputSpec(Tile(4, 4), _F16, _F16, 4, 256, _REG, 0, 0, Prescale.FUSED),
-                 baked=Problem(N=2, C=64, H=14, W=14, K=64, pad_h=1, pad_w=1, dtype=_F16)),
+    GoldenKernel(
+        RtInputSpec(Tile(4, 4), _F16, _F16, 4, 256, _REG, 0, 0, Prescale.FUSED),
+        baked=Problem(N=2, C=64, H=14, W=14, K=64, pad_h=1, pad_w=1, dtype=_F16),
+    ),
 )
 
 
@@ -70,7 +72,8 @@ def source_hashes(shard: tuple[GoldenKernel, ...] = SHARD) -> dict[str, dict]:
     out = {}
     for kernel in shard:
         out[kernel.label] = {
-            "stage": kernel.spec.stage.short, "spec": kernel.spec.fields_dict(),
+            "stage": kernel.spec.stage.short,
+            "spec": kernel.spec.fields_dict(),
             "baked": kernel.baked.to_miopen() if kernel.baked else None,
             "sha256": {t.value: sha256_text(kernel.source(t)) for t in Target},
         }
@@ -81,8 +84,9 @@ def _ir_hash(tc: Toolchain, kernel: GoldenKernel, folder: Path) -> str:
     src = folder / f"{kernel.label}.{SOURCE_EXT[tc.target]}"
     out = folder / f"{kernel.label}.{tc.arch}.ir"
     src.write_text(kernel.source(tc.target), encoding="utf-8")
-    done = subprocess.run(ir_command(tc, src, kernel.spec.name, out), capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        ir_command(tc, src, kernel.spec.name, out), capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{kernel.label} for {tc.flavor}: {done.stderr}")
     return sha256_text(out.read_text(encoding="utf-8"))
@@ -136,8 +140,9 @@ def compare(expected: dict[str, str], actual: dict[str, str], what: str) -> list
         elif label not in expected:
             lines.append(f"{what}: {label} is in the shard but not recorded")
         elif expected[label] != actual[label]:
-            lines.append(f"{what}: {label} changed ({expected[label][:12]} -> "
-                         f"{actual[label][:12]})")
+            lines.append(
+                f"{what}: {label} changed ({expected[label][:12]} -> {actual[label][:12]})"
+            )
     return lines
 
 
@@ -146,9 +151,11 @@ def check_sources(folder: Path = GOLDEN) -> list[str]:
     lines = []
     actual = source_hashes()
     for target in Target:
-        lines += compare({k: v["sha256"][target.value] for k, v in recorded["kernels"].items()},
-                         {k: v["sha256"][target.value] for k, v in actual.items()},
-                         f"source {target.value}")
+        lines += compare(
+            {k: v["sha256"][target.value] for k, v in recorded["kernels"].items()},
+            {k: v["sha256"][target.value] for k, v in actual.items()},
+            f"source {target.value}",
+        )
     return lines
 
 
@@ -164,6 +171,8 @@ def check(folder: Path = GOLDEN) -> tuple[list[str], list[str]]:
         if ir_file(tc, folder).is_file():
             mismatches += check_ir(tc, folder)
         else:
-            notes.append(f"no golden {ir_file(tc, folder).name} for this {tc.flavor}; "
-                         "`doit golden_record` records it")
+            notes.append(
+                f"no golden {ir_file(tc, folder).name} for this {tc.flavor}; "
+                "`doit golden_record` records it"
+            )
     return mismatches, notes

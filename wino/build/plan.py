@@ -94,8 +94,9 @@ class RenderHashes:
         self.dirty = False
 
 
-def plan_target(resolved: Resolved, specs: Iterable[StageSpec], hashes: RenderHashes,
-                root: str | None = None) -> TargetPlan:
+def plan_target(
+    resolved: Resolved, specs: Iterable[StageSpec], hashes: RenderHashes, root: str | None = None
+) -> TargetPlan:
     jobs = []
     if resolved.toolchains:
         for spec in specs:
@@ -105,8 +106,12 @@ def plan_target(resolved: Resolved, specs: Iterable[StageSpec], hashes: RenderHa
     return TargetPlan(resolved.target, resolved.toolchains, resolved.messages, tuple(jobs))
 
 
-def plan(targets: Iterable[Target] | None = None, specs: Iterable[StageSpec] | None = None,
-         root: str | None = None, quiet: bool = False) -> tuple[TargetPlan, ...]:
+def plan(
+    targets: Iterable[Target] | None = None,
+    specs: Iterable[StageSpec] | None = None,
+    root: str | None = None,
+    quiet: bool = False,
+) -> tuple[TargetPlan, ...]:
     """The build of ``specs`` (default: the accepted grid) for ``targets`` (default: all).
     Skip messages (missing compiler, unknown arch) go to stderr unless ``quiet``."""
     specs = tuple(aot_stage_specs() if specs is None else specs)

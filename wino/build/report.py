@@ -19,8 +19,10 @@ def format_spill_report(manifest: Manifest) -> str:
     if not rows:
         return f"{where}: no kernel of {len(manifest.kernels)} spills"
     width = max(len(k.name) for k in rows)
-    lines = [f"{where}: {len(rows)} of {len(manifest.kernels)} kernels spill",
-             f"{'kernel':<{width}}  spill bytes  registers"]
+    lines = [
+        f"{where}: {len(rows)} of {len(manifest.kernels)} kernels spill",
+        f"{'kernel':<{width}}  spill bytes  registers",
+    ]
     for k in rows:
         registers = "-" if k.registers is None else k.registers
         lines.append(f"{k.name:<{width}}  {k.spills:>11}  {registers:>9}")

@@ -28,8 +28,9 @@ from .toolchains import CompileError, Toolchain
 # Actions -----------------------------------------------------------------------------------------
 
 
-def kernel_action(toolchains: tuple[Toolchain, ...], stage: str, fields: dict[str, Any],
-                  root: str | None) -> dict | TaskFailed:
+def kernel_action(
+    toolchains: tuple[Toolchain, ...], stage: str, fields: dict[str, Any], root: str | None
+) -> dict | TaskFailed:
     """doit action of compile_<target>:<name>."""
     try:
         return build_kernel(toolchains, stage, fields, root)
@@ -37,9 +38,11 @@ def kernel_action(toolchains: tuple[Toolchain, ...], stage: str, fields: dict[st
         return TaskFailed(f"compile failed:\n{err}")
 
 
-def manifest_action(toolchains: tuple[Toolchain, ...],
-                    kernels: list[tuple[str, dict[str, Any], str]], root: str | None
-                    ) -> dict | TaskFailed:
+def manifest_action(
+    toolchains: tuple[Toolchain, ...],
+    kernels: list[tuple[str, dict[str, Any], str]],
+    root: str | None,
+) -> dict | TaskFailed:
     """doit action of manifest:<target>: one manifest per toolchain (flavor)."""
     written = {}
     try:
@@ -63,9 +66,12 @@ def kernel_tasks(plan: TargetPlan, root: str | None = None) -> Iterator[dict]:
     """compile_<target> (group) and compile_<target>:<kernel name> per spec."""
     target = plan.target.value
     archs = ", ".join(tc.arch for tc in plan.toolchains) or "none"
-    yield {"basename": f"compile_{target}", "name": None,
-           "doc": f"compile the {target} kernels ({len(plan.jobs)} specs; archs: {archs}); "
-                  "no manifest"}
+    yield {
+        "basename": f"compile_{target}",
+        "name": None,
+        "doc": f"compile the {target} kernels ({len(plan.jobs)} specs; archs: {archs}); "
+        "no manifest",
+    }
     for job in plan.jobs:
         targets = []
         for kb in job.binaries:
@@ -74,8 +80,12 @@ def kernel_tasks(plan: TargetPlan, root: str | None = None) -> Iterator[dict]:
             "basename": f"compile_{target}",
             "name": job.name,
             "doc": f"{job.name} for {target}",
-            "actions": [(kernel_action, (plan.toolchains, job.spec.stage.short,
-                                         job.spec.fields_dict(), root))],
+            "actions": [
+                (
+                    kernel_action,
+                    (plan.toolchains, job.spec.stage.short, job.spec.fields_dict(), root),
+                )
+            ],
             "targets": targets,
             # the binary addresses hash the rendered source, compiler identity, flags and arch:
             # a grid edit reruns exactly the specs whose source changed (no file_dep on YAML)
@@ -86,11 +96,14 @@ def kernel_tasks(plan: TargetPlan, root: str | None = None) -> Iterator[dict]:
 
 def manifest_task(plan: TargetPlan, root: str | None = None) -> dict:
     """manifest:<target>: after the target's kernels, publish each flavor's manifest."""
-    kernels = [(job.spec.stage.short, job.spec.fields_dict(), job.source_sha256)
-               for job in plan.jobs]
+    kernels = [
+        (job.spec.stage.short, job.spec.fields_dict(), job.source_sha256) for job in plan.jobs
+    ]
     flavors = [tc.flavor for tc in plan.toolchains]
-    manifests = [str(flavor_dir(tc.target, tc.flavor, Path(root) if root else None) / MANIFEST)
-                 for tc in plan.toolchains]
+    manifests = [
+        str(flavor_dir(tc.target, tc.flavor, Path(root) if root else None) / MANIFEST)
+        for tc in plan.toolchains
+    ]
     return {
         "name": plan.target.value,
         "doc": f"publish the {plan.target.value} manifest(s) ({', '.join(flavors)})",
@@ -107,8 +120,12 @@ def compile_task(plan: TargetPlan) -> dict:
     if not plan.toolchains:
         why = "; ".join(plan.messages) or "no toolchain"
         return {"name": target, "actions": None, "doc": f"skipped: {why}"}
-    return {"name": target, "actions": None, "task_dep": [f"manifest:{target}"],
-            "doc": f"build the {target} cache ({len(plan.jobs)} kernels, then the manifest)"}
+    return {
+        "name": target,
+        "actions": None,
+        "task_dep": [f"manifest:{target}"],
+        "doc": f"build the {target} cache ({len(plan.jobs)} kernels, then the manifest)",
+    }
 
 
 # Checks ------------------------------------------------------------------------------------------
@@ -132,8 +149,10 @@ def golden_action() -> TaskFailed | None:
     for note in notes:
         print(note)
     if mismatches:
-        return TaskFailed("golden hashes changed (re-record with `doit golden_record` if that "
-                          "is intended, and say so in the commit):\n" + "\n".join(mismatches))
+        return TaskFailed(
+            "golden hashes changed (re-record with `doit golden_record` if that "
+            "is intended, and say so in the commit):\n" + "\n".join(mismatches)
+        )
     print(f"golden: {len(golden.SHARD)} kernels match")
     return None
 

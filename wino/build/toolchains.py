@@ -28,7 +28,7 @@ from .paths import build_dir
 HOW_TO_GET = {
     Target.C: "install a C compiler with OpenMP, e.g. `apt-get install gcc`",
     Target.CUDA: "install the CUDA toolkit (https://developer.nvidia.com/cuda-downloads) and put "
-                 "nvcc on PATH",
+    "nvcc on PATH",
     Target.HIP: "`apt-get install clang-19 lld-19` (Debian 12 / Ubuntu 24.04; no ROCm needed)",
 }
 _FLAVOR_BAD = re.compile(r"[^A-Za-z0-9_.+-]")
@@ -70,13 +70,22 @@ class Toolchain:
 
     def fingerprint(self) -> dict:
         """Everything about the toolchain that changes a binary (paths excluded)."""
-        return {"target": self.target.value, "identity": self.identity,
-                "flags": list(self.flags), "arch": self.arch, "code_object": self.code_object}
+        return {
+            "target": self.target.value,
+            "identity": self.identity,
+            "flags": list(self.flags),
+            "arch": self.arch,
+            "code_object": self.code_object,
+        }
 
     def manifest_toolchain(self) -> dict:
         """The manifest's ``toolchain`` object."""
-        return {"compiler": self.compiler, "version": self.identity, "flags": list(self.flags),
-                "arch": self.arch}
+        return {
+            "compiler": self.compiler,
+            "version": self.identity,
+            "flags": list(self.flags),
+            "arch": self.arch,
+        }
 
 
 @dataclass(frozen=True)
@@ -119,13 +128,22 @@ def _hip_compiles(path: str, flags: tuple[str, ...], arch: str, code_object: boo
         src = Path(tmp) / "probe.hip"
         src.write_text(_HIP_PROBE, encoding="utf-8")
         mode = ["--no-gpu-bundle-output", "-c"] if code_object else ["-S", "-emit-llvm"]
-        cmd = [path, *flags, f"--offload-arch={arch}", "-cuid=probe", *mode,
-               "-o", str(Path(tmp) / "probe.out"), str(src)]
+        cmd = [
+            path,
+            *flags,
+            f"--offload-arch={arch}",
+            "-cuid=probe",
+            *mode,
+            "-o",
+            str(Path(tmp) / "probe.out"),
+            str(src),
+        ]
         return subprocess.run(cmd, capture_output=True).returncode == 0
 
 
-def hip_probes(path: str, identity: str, flags: tuple[str, ...], archs: tuple[str, ...],
-               root=None) -> dict[str, bool]:
+def hip_probes(
+    path: str, identity: str, flags: tuple[str, ...], archs: tuple[str, ...], root=None
+) -> dict[str, bool]:
     """{arch: known} plus {'code_object': lld works}, cached in build/toolchains.json."""
     key = hashlib.sha256(json.dumps([identity, list(flags)]).encode()).hexdigest()[:16]
     cache_file = _probe_cache(root)
@@ -155,13 +173,22 @@ def resolve(target: Target, root=None) -> Resolved:
     """The target's toolchains from grids/targets.yaml, or messages saying why none."""
     declared = config.declared("targets")["targets"].get(target.value)
     if declared is None:
-        return Resolved(target, (), (f"wino: target {target.value} is not declared in "
-                                     "grids/targets.yaml; skipped",))
+        return Resolved(
+            target,
+            (),
+            (f"wino: target {target.value} is not declared in grids/targets.yaml; skipped",),
+        )
     compiler, flags = declared["compiler"], tuple(declared["flags"])
     path = shutil.which(compiler)
     if path is None:
-        return Resolved(target, (), (f"wino: skipping target {target.value}: compiler "
-                                     f"`{compiler}` not found on PATH; {HOW_TO_GET[target]}",))
+        return Resolved(
+            target,
+            (),
+            (
+                f"wino: skipping target {target.value}: compiler "
+                f"`{compiler}` not found on PATH; {HOW_TO_GET[target]}",
+            ),
+        )
     line = identity_line(path, target)
     family, version = family_version(target, line)
     archs = tuple(declared["archs"])
@@ -172,14 +199,19 @@ def resolve(target: Target, root=None) -> Resolved:
         code_object = known["code_object"]
         for arch in archs:
             if not known[arch]:
-                messages.append(f"wino: skipping hip arch {arch}: {line} does not know it "
-                                "(a newer clang does); the other archs build")
+                messages.append(
+                    f"wino: skipping hip arch {arch}: {line} does not know it "
+                    "(a newer clang does); the other archs build"
+                )
         if not code_object:
-            messages.append(f"wino: hip code objects need lld ({HOW_TO_GET[target]}); "
-                            "building LLVM IR only")
+            messages.append(
+                f"wino: hip code objects need lld ({HOW_TO_GET[target]}); building LLVM IR only"
+            )
         archs = tuple(a for a in archs if known[a])
-    chains = tuple(Toolchain(target, compiler, path, line, family, version, flags, arch,
-                             code_object) for arch in archs)
+    chains = tuple(
+        Toolchain(target, compiler, path, line, family, version, flags, arch, code_object)
+        for arch in archs
+    )
     return Resolved(target, chains, tuple(messages))
 
 
@@ -197,8 +229,9 @@ class Compiled:
 def _run(cmd: list[str]) -> str:
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
-        raise CompileError(f"{' '.join(cmd)}\nexited {done.returncode}:\n{done.stderr}"
-                           f"{done.stdout}")
+        raise CompileError(
+            f"{' '.join(cmd)}\nexited {done.returncode}:\n{done.stderr}{done.stdout}"
+        )
     return done.stderr
 
 
@@ -213,8 +246,19 @@ def _compile_cuda(tc: Toolchain, src: Path, name: str, scratch: Path) -> Compile
     what `nvcc -ptx` writes)."""
     out, keep = scratch / f"{name}.cubin", scratch / "keep"
     keep.mkdir()
-    log = _run([tc.path, *tc.flags, f"-arch={tc.arch}", "-cubin", "-keep", f"-keep-dir={keep}",
-                "-o", str(out), str(src)])
+    log = _run(
+        [
+            tc.path,
+            *tc.flags,
+            f"-arch={tc.arch}",
+            "-cubin",
+            "-keep",
+            f"-keep-dir={keep}",
+            "-o",
+            str(out),
+            str(src),
+        ]
+    )
     return Compiled(out, {"ptx": keep / f"{src.stem}.ptx"}, log, parse_ptxas(log))
 
 
@@ -227,8 +271,17 @@ def _compile_hip(tc: Toolchain, src: Path, name: str, scratch: Path) -> Compiled
     if not tc.code_object:
         return Compiled(ll, {}, log, {"registers": None, "spills": None, "extra": {}})
     out = scratch / f"{name}.hsaco"
-    log += _run([*base, "--no-gpu-bundle-output", "-c", "-Rpass-analysis=kernel-resource-usage",
-                 "-o", str(out), str(src)])
+    log += _run(
+        [
+            *base,
+            "--no-gpu-bundle-output",
+            "-c",
+            "-Rpass-analysis=kernel-resource-usage",
+            "-o",
+            str(out),
+            str(src),
+        ]
+    )
     return Compiled(out, {"ll": ll}, log, parse_hip_resources(log))
 
 
@@ -245,8 +298,17 @@ def ir_command(tc: Toolchain, src: Path, name: str, out: Path) -> list[str]:
     if tc.target is Target.CUDA:
         return [tc.path, *tc.flags, f"-arch={tc.arch}", "-ptx", "-o", str(out), str(src)]
     if tc.target is Target.HIP:
-        return [tc.path, *tc.flags, f"--offload-arch={tc.arch}", f"-cuid={name}", "-S",
-                "-emit-llvm", "-o", str(out), str(src)]
+        return [
+            tc.path,
+            *tc.flags,
+            f"--offload-arch={tc.arch}",
+            f"-cuid={name}",
+            "-S",
+            "-emit-llvm",
+            "-o",
+            str(out),
+            str(src),
+        ]
     raise ValueError(f"target {tc.target.value} has no IR")
 
 
@@ -260,10 +322,13 @@ _PTXAS = {
     "spill_load_bytes": r"(\d+) bytes spill loads",
 }
 _HIP_REMARKS = {
-    "sgprs": r"SGPRs: (\d+)", "vgprs": r"VGPRs: (\d+)", "agprs": r"AGPRs: (\d+)",
+    "sgprs": r"SGPRs: (\d+)",
+    "vgprs": r"VGPRs: (\d+)",
+    "agprs": r"AGPRs: (\d+)",
     "scratch_bytes_per_lane": r"ScratchSize \[bytes/lane\]: (\d+)",
     "occupancy_waves": r"Occupancy \[waves/SIMD\]: (\d+)",
-    "sgpr_spills": r"SGPRs Spill: (\d+)", "vgpr_spills": r"VGPRs Spill: (\d+)",
+    "sgpr_spills": r"SGPRs Spill: (\d+)",
+    "vgpr_spills": r"VGPRs Spill: (\d+)",
     "lds_bytes": r"LDS Size \[bytes/block\]: (\d+)",
 }
 
