@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 from ..problem import Problem
 from ..vocab import Tile
 from .arrays import dtype_of, target_of
@@ -9,36 +11,62 @@ from .plan import dispatch
 
 
 def _pair(value, name: str) -> tuple[int, int]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value, value
+    def is_int(v) -> bool:
+        return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+    if is_int(value):
+        return int(value), int(value)
     try:
         a, b = value
-        return int(a), int(b)
     except (TypeError, ValueError):
-        raise ValueError(f"conv2d: {name} must be an int or a pair of ints, got {value!r}") from None
+        a = b = None
+    if not (is_int(a) and is_int(b)):
+        raise ValueError(f"conv2d: {name} must be an int or a pair of ints, got {value!r}")
+    return int(a), int(b)
 
 
-def problem_of(x, w, padding=1, dilation=1, groups: int = 1) -> Problem:
-    """The Problem of NHWC input x and KRSC filter w."""
-    if len(x.shape) != 4 or len(w.shape) != 4:
-        raise ValueError(f"conv2d: x must be NHWC and w KRSC (4-D each), got shapes "
-                         f"{tuple(x.shape)} and {tuple(w.shape)}")
-    n, h, wd, c = (int(e) for e in x.shape)
-    k, r, s, cg = (int(e) for e in w.shape)
+def _dtype(array, name: str):
+    try:
+        return dtype_of(array)
+    except TypeError as err:
+        raise ValueError(f"conv2d: {name}: {err}") from None
+
+
+def _shape(array, name: str, layout: str) -> tuple[int, int, int, int]:
+    shape = getattr(array, "shape", None)
+    if shape is None or len(shape) != 4:
+        got = tuple(shape) if shape is not None else type(array).__name__
+        raise ValueError(f"conv2d: {name} must be a 4-D {layout} array, got {got}")
+    return tuple(int(e) for e in shape)
+
+
+def problem_of(x, w, padding=1, dilation=1, groups: int = 1, stride=1) -> Problem:
+    """The Problem of NHWC input x and KRSC filter w. Raises ValueError naming the argument
+    that is wrong (shape, dtype, padding, dilation, stride, groups)."""
+    n, h, wd, c = _shape(x, "x", "NHWC")
+    k, r, s, cg = _shape(w, "w", "KRSC")
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+        raise ValueError(f"conv2d: groups must be a positive int, got {groups!r}")
     if cg * groups != c:
         raise ValueError(f"conv2d: w has C/G = {cg} channels but x has C = {c} with groups = "
                          f"{groups}; expected w.shape[3] == C / groups")
-    if dtype_of(x) is not dtype_of(w):
+    dx, dw_ = _dtype(x, "x"), _dtype(w, "w")
+    if dx is not dw_:
         raise ValueError(f"conv2d: x is {x.dtype} but w is {w.dtype}; pass one dtype")
-    (ph, pw), (dh, dw) = _pair(padding, "padding"), _pair(dilation, "dilation")
-    return Problem(N=n, C=c, H=h, W=wd, K=k, R=r, S=s, pad_h=ph, pad_w=pw, dil_h=dh, dil_w=dw,
-                   groups=groups, dtype=dtype_of(x))
+    (ph, pw), (dh, dw), (sh, sw) = (_pair(padding, "padding"), _pair(dilation, "dilation"),
+                                    _pair(stride, "stride"))
+    try:
+        return Problem(N=n, C=c, H=h, W=wd, K=k, R=r, S=s, pad_h=ph, pad_w=pw, stride_h=sh,
+                       stride_w=sw, dil_h=dh, dil_w=dw, groups=groups, dtype=dx)
+    except ValueError as err:
+        raise ValueError(f"conv2d: {err}") from None
 
 
 def conv2d(x, w, padding=1, dilation=1, groups: int = 1, tile: Tile | str | None = None,
-           **dispatch_options):
+           stride=1, **dispatch_options):
     """y = conv2d(x, w) from the cache: numpy arrays on the host, CuPy arrays or torch CUDA
-    tensors on the GPU (no copies). Raises Refused for problems wino does not serve."""
-    problem = problem_of(x, w, padding, dilation, groups)
+    tensors on the GPU (no copies). Raises Refused (with its rule id) for problems wino does
+    not serve (stride != 1, filters other than 3x3...), ValueError for bad arguments."""
+    problem = problem_of(x, w, padding, dilation, groups, stride)
     plan = dispatch(problem, target=target_of(x), tile=tile, **dispatch_options)
     return plan.run(x, w)

@@ -44,7 +44,13 @@ def check_operands(plan, x, w) -> None:
     if w is not None and tuple(w.shape) != want_w:
         raise ValueError(f"w: expected KRSC shape {want_w}, got {tuple(w.shape)}")
     for label, array in (("x", x), ("w", w)):
-        if array is not None and dtype_of(array) is not p.dtype:
+        if array is None:
+            continue
+        try:
+            dtype = dtype_of(array)
+        except TypeError as err:
+            raise ValueError(f"{label}: {err}") from None
+        if dtype is not p.dtype:
             raise ValueError(f"{label}: expected dtype {p.dtype.short}, got {array.dtype}")
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ctypes
-from functools import lru_cache
+import functools
 
 import numpy as np
 
@@ -14,8 +14,34 @@ from .arrays import numpy_dtype
 from .backends import carve, check_operands, kind_of
 from .plan import GemmStep, KernelStep, Plan, plan_layout
 
+ALIGN = 16  # the widest vector load or store the kernels make (bytes)
 
-@lru_cache(maxsize=None)
+
+def _aligned(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous array whose data is ALIGN-byte aligned (copied only when it is not)."""
+    array = np.ascontiguousarray(array)
+    if array.ctypes.data % ALIGN:
+        out = np.empty_like(array)  # malloc'd: aligned
+        out[...] = array
+        array = out
+    return array
+
+
+def _writable(label: str, array, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Check a caller's output buffer: numpy, the shape and dtype, C-contiguous, aligned."""
+    if not isinstance(array, np.ndarray):
+        raise ValueError(f"{label}: expected a numpy array on the c target, got "
+                         f"{type(array).__name__}")
+    if tuple(array.shape) != shape or array.dtype != dtype:
+        raise ValueError(f"{label}: expected shape {shape} and dtype {dtype}, got "
+                         f"{tuple(array.shape)} {array.dtype}")
+    if not (array.flags.c_contiguous and array.flags.writeable) or array.ctypes.data % ALIGN:
+        raise ValueError(f"{label}: must be a writeable, C-contiguous, {ALIGN}-byte aligned "
+                         "array (the kernels write it in place)")
+    return array
+
+
+@functools.cache
 def args_struct(kind: str) -> type[ctypes.Structure]:
     """The kernarg struct of a stage kind (field order: wino.launch.KERNARG_FIELDS)."""
     fields = [(n, ctypes.c_uint if n.startswith(("m_", "s_")) else ctypes.c_int)
@@ -48,7 +74,11 @@ class HostBackend:
         """Views of the workspace buffers for a chunk of ``images`` images."""
         if workspace is None:
             workspace = np.empty(plan.workspace_bytes, dtype=np.uint8)
-        raw = np.asarray(workspace).view(np.uint8).reshape(-1)
+        if not isinstance(workspace, np.ndarray) or not workspace.flags.c_contiguous or (
+                workspace.ctypes.data % ALIGN or not workspace.flags.writeable):
+            raise ValueError(f"workspace: expected a writeable, C-contiguous, {ALIGN}-byte "
+                             f"aligned numpy array of at least {plan.workspace_bytes} bytes")
+        raw = workspace.view(np.uint8).reshape(-1)
         views = {}
         layout = plan_layout(plan.problem, plan.tile, plan.specs, images)
         for name, (offset, shape, dtype, count) in carve(layout, raw.size).items():
@@ -64,29 +94,29 @@ class HostBackend:
         if workspace is None:
             U, fs = U.copy(), fs.copy()
         k1 = next(s for s in plan.steps if s.stage is Stage.FILTER)
-        self.launch(plan, k1, np.ascontiguousarray(w), U, fs)
+        self.launch(plan, k1, _aligned(w), U, fs)
         return U, fs
 
     def run(self, plan: Plan, x, w, y, workspace, U):
         check_operands(plan, x, w)
         p = plan.problem
-        x = np.ascontiguousarray(x)
-        if y is None:
-            y = np.empty((p.N, p.Ho, p.Wo, p.K), dtype=numpy_dtype(p.dtype))
+        x = _aligned(x)
+        shape, dtype = (p.N, p.Ho, p.Wo, p.K), numpy_dtype(p.dtype)
+        y = np.empty(shape, dtype=dtype) if y is None else _writable("y", y, shape, dtype)
         if workspace is None:
             workspace = np.empty(plan.workspace_bytes, dtype=np.uint8)
         if U is None:
             if w is None:
                 raise ValueError("run: pass the filter w, or U from plan.transform_filter(w)")
             U = self.transform_filter(plan, w, workspace)
-        u, fs = U
+        u, fs = self._filter_operand(plan, U)
         for start, images in plan.chunks:
             views = self.workspace(plan, workspace, images)
             xs, ys = x[start:start + images], y[start:start + images]
             ts = views.get("ts")
             for step in plan.chunk_steps[images]:
                 if isinstance(step, GemmStep):
-                    self.gemm(step, views["V"], u, views["M"])
+                    self.gemm(step, views["V"], u, views["M"], images)
                 elif step.stage is Stage.PRESCALE:
                     self.launch(plan, step, xs, ts)
                 elif step.stage is Stage.INPUT:
@@ -96,9 +126,34 @@ class HostBackend:
         return y
 
     @staticmethod
-    def gemm(step: GemmStep, V: np.ndarray, U: np.ndarray, M: np.ndarray) -> None:
-        """M[a][g] = V[a][g] . U[a][g]^T in fp32 (16-bit operands widened, fp32 accumulate)."""
-        a, g, p, cg = V.shape
-        u = U.reshape(a, g, -1, cg).astype(np.float32)
-        M[...] = np.matmul(V.astype(np.float32), u.swapaxes(-1, -2)).astype(M.dtype)
+    def _filter_operand(plan: Plan, U) -> tuple[np.ndarray, np.ndarray]:
+        """(U, fs) from plan.transform_filter, checked against this plan's layout."""
+        try:
+            u, fs = U
+        except (TypeError, ValueError):
+            raise ValueError("U: pass the (U, fs) pair plan.transform_filter(w) returns") from None
+        layout = plan.layout()
+        for label, array in (("U", u), ("fs", fs)):
+            shape, dtype = layout[label]
+            if not isinstance(array, np.ndarray) or tuple(array.shape) != shape or (
+                    array.dtype != numpy_dtype(dtype)):
+                raise ValueError(f"U: {label} must be {list(shape)} {dtype.short} (this "
+                                 "plan's transform_filter output), got "
+                                 f"{getattr(array, 'shape', None)} {getattr(array, 'dtype', '')}")
+        return _aligned(u), _aligned(fs)
 
+    @staticmethod
+    def gemm(step: GemmStep, V: np.ndarray, U: np.ndarray, M: np.ndarray, images: int) -> None:
+        """M[a][g] = V[a][g] . U[a][g]^T in fp32 (16-bit operands widened, fp32 accumulate).
+
+        One BLAS GEMM per (bin, group, image): a BLAS kernel's blocking, and so its rounding,
+        depends on the row count, and per image the row count is the same for every batch
+        split, so a split changes no bit of the result."""
+        a, g, p, cg = V.shape
+        kg = M.shape[-1]
+        v = V.reshape(a, g, images, p // images, cg).astype(np.float32, copy=False)
+        u = U.reshape(a, g, 1, kg, cg).astype(np.float32, copy=False).swapaxes(-1, -2)
+        if M.dtype == np.float32:
+            np.matmul(v, u, out=M.reshape(a, g, images, p // images, kg))
+        else:
+            M[...] = np.matmul(v, u).reshape(M.shape).astype(M.dtype)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import cache
+from ..grid import GRID_STAGES
 from ..launch import (
     Launch,
     TileGrid,
@@ -164,6 +165,41 @@ def _steps(problem: Problem, specs: dict[Stage, StageSpec], images: int) -> list
     return steps
 
 
+def _specs_tile(specs: dict[Stage, StageSpec], tile: Tile | None) -> Tile:
+    """The one tile of caller-given specs (``tile``, when given too, must be it)."""
+    tiles = {spec.tile for spec in specs.values()}
+    if len(tiles) != 1:
+        raise ValueError(f"dispatch: specs mix tiles {sorted(t.name for t in tiles)}; pass one "
+                         "tile's specs")
+    (only,) = tiles
+    if tile is not None and tile != only:
+        raise ValueError(f"dispatch: tile {tile.name} but the specs are {only.name}")
+    return only
+
+
+def _ordered(specs: dict[Stage, StageSpec]) -> dict[Stage, StageSpec]:
+    """The specs in pipeline order (K1, K2a, K2, K4), checked to make one pipeline: each under
+    its own stage, K2a exactly when K2 takes the split prescale, and K1 storing U in K2's
+    transformed dtype."""
+    for stage, spec in specs.items():
+        if not isinstance(stage, Stage) or spec.stage is not stage:
+            raise ValueError(f"dispatch: specs[{stage!r}] is a {spec.stage.short} spec "
+                             f"({spec.name}); key each spec by its own Stage")
+    need = {Stage.FILTER, Stage.INPUT, Stage.OUTPUT}
+    k2 = specs.get(Stage.INPUT)
+    if k2 is not None and k2.prescale is Prescale.SPLIT:
+        need.add(Stage.PRESCALE)
+    if set(specs) != need:
+        raise ValueError(f"dispatch: specs for stages {sorted(s.short for s in specs)}; this "
+                         f"pipeline needs exactly {sorted(s.short for s in need)} (k2a goes "
+                         "with prescale split only)")
+    k1 = specs[Stage.FILTER]
+    if k1.xdtype is not k2.xdtype:
+        raise ValueError(f"dispatch: K1 {k1.name} stores U as {k1.xdtype.short} but K2 "
+                         f"{k2.name} stores V as {k2.xdtype.short}; the GEMM needs one dtype")
+    return {stage: specs[stage] for stage in GRID_STAGES if stage in specs}
+
+
 def _pick_target(target: Target | str | None) -> Target:
     if target is not None:
         return Target(target) if isinstance(target, str) else target
@@ -186,13 +222,15 @@ def dispatch(problem: Problem, *, algorithm: str = "winograd_aot",
     check_problem(problem, tile)
     target = _pick_target(target)
     manifest = cache.find_manifest(target, cache_root)
-    tile = tile or tuning.best_tile(problem, target) or default_tile(problem)
     source = "caller"
-    if specs is None:
-        specs = tuning.lookup(problem, target, tile)
-        source = "tuning DB"
+    if specs is not None:
+        tile = _specs_tile(specs, tile)
+    else:
+        tile = tile or tuning.best_tile(problem, target, cache_root) or default_tile(problem)
+        specs, source = tuning.lookup(problem, target, tile, cache_root), "tuning DB"
     if specs is None:
         specs, source = default_stage_specs(problem, tile), "default pick"
+    specs = _ordered(specs)
     for spec in specs.values():
         manifest.kernel(spec.name, verify=False)
     k2 = specs[Stage.INPUT]

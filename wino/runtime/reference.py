@@ -8,7 +8,8 @@ import numpy as np
 
 def conv2d_reference(x: np.ndarray, w: np.ndarray, pad: tuple[int, int] = (0, 0),
                      dilation: tuple[int, int] = (1, 1), groups: int = 1) -> np.ndarray:
-    """Direct stride-1 convolution in float64: x [N][H][W][C], w [K][R][S][C/G] -> [N][Ho][Wo][K]."""
+    """Direct stride-1 convolution in float64:
+    x [N][H][W][C], w [K][R][S][C/G] -> [N][Ho][Wo][K]."""
     x = np.asarray(x, dtype=np.float64)
     w = np.asarray(w, dtype=np.float64)
     n, h, wd, c = x.shape

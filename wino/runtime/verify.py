@@ -1,0 +1,255 @@
+"""Verify and time problems end to end: the engine of ``wino run``.
+
+``run_cases`` dispatches each problem (a refusal is reported with its rule id, never raised),
+runs it on N(0, 1) inputs of the problem's dtype, measures max|out - ref| / max|ref| against the
+float64 reference convolution and checks it against ``bound_for(tile, dtype, xdtype)``, then
+times the plan (the median of a few runs after the verifying run, which is the warm-up).
+``format_results`` prints one line per case and a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..problem import Problem, read_miopen_file
+from ..refusals import Refused
+from ..vocab import DType, Target, Tile
+from .arrays import numpy_dtype
+from .plan import Plan, dispatch
+from .reference import conv2d_reference, relative_error
+
+#: Tiles grouped by how much the transforms amplify rounding (the points they interpolate at).
+FAMILY = {"F2x2": "F2x2", "F4x2": "F4x2", "F2x4": "F4x2", "F6x2": "F4x2", "F2x6": "F4x2",
+          "F4x4": "F4x4", "F6x4": "F4x4", "F4x6": "F4x4", "F6x6": "F6x6"}
+
+#: max|out - ref| / max|ref| bounds per tile family, io dtype and transformed storage dtype
+#: (N(0,1) data, C in 64..4096). Measured on the host at C = 256 (max over 8 seeds), the bounds
+#: hold a margin of 2x or more: F2x2 fp32 8e-7, fp16 6.3e-4, bf16/fp16 3.0e-3, bf16/bf16 5.0e-3;
+#: F4x2 family 1.3e-6, 2.9e-3, 4.5e-3, 2.6e-2; F4x4 family 4.7e-6, 1.4e-2, 1.3e-2, 8.5e-2;
+#: F6x6 6.3e-6, 1.4e-2, 1.6e-2, 0.11. bf16 with fp16 storage (the default pick) is about 8x
+#: more accurate than bf16 storage.
+BOUNDS: dict[tuple[str, DType, DType], float] = {
+    ("F2x2", DType.FP32, DType.FP32): 2e-6,
+    ("F2x2", DType.FP16, DType.FP16): 2e-3,
+    ("F2x2", DType.BF16, DType.FP16): 1e-2,
+    ("F2x2", DType.BF16, DType.BF16): 1.5e-2,
+    ("F4x2", DType.FP32, DType.FP32): 1e-5,
+    ("F4x2", DType.FP16, DType.FP16): 1e-2,
+    ("F4x2", DType.BF16, DType.FP16): 2e-2,
+    ("F4x2", DType.BF16, DType.BF16): 6e-2,
+    ("F4x4", DType.FP32, DType.FP32): 4e-5,
+    ("F4x4", DType.FP16, DType.FP16): 3e-2,
+    ("F4x4", DType.BF16, DType.FP16): 2e-2,
+    ("F4x4", DType.BF16, DType.BF16): 0.2,
+    ("F6x6", DType.FP32, DType.FP32): 6e-5,
+    ("F6x6", DType.FP16, DType.FP16): 4e-2,
+    ("F6x6", DType.BF16, DType.FP16): 4e-2,
+    ("F6x6", DType.BF16, DType.BF16): 0.25,
+}
+
+PASS, FAIL, REFUSED, ERROR = "PASS", "FAIL", "REFUSED", "ERROR"
+
+
+def bound_for(tile: Tile | str, dtype: DType | str, xdtype: DType | str | None = None) -> float:
+    """The error bound of a tile, io dtype and transformed storage dtype (default: the default
+    pick's, fp16 for bf16)."""
+    tile = Tile.parse(tile) if isinstance(tile, str) else tile
+    dtype = DType.parse(dtype) if isinstance(dtype, str) else dtype
+    if xdtype is None:
+        xdtype = DType.FP32 if dtype is DType.FP32 else DType.FP16
+    xdtype = DType.parse(xdtype) if isinstance(xdtype, str) else xdtype
+    key = (FAMILY[tile.name], dtype, xdtype)
+    if key not in BOUNDS:
+        raise ValueError(f"no error bound for {tile.name} io {dtype.short} with "
+                         f"{xdtype.short} storage (not a supported pairing)")
+    return BOUNDS[key]
+
+
+@dataclass
+class CaseResult:
+    """One problem's outcome: PASS / FAIL (error against bound), REFUSED (rule id), ERROR."""
+
+    problem: Problem
+    status: str
+    target: str = ""
+    tile: str = ""
+    xdtype: str = ""
+    error: float | None = None
+    bound: float | None = None
+    time_s: float | None = None
+    rule: str = ""
+    message: str = ""
+    kernels: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Passed, or refused (a refusal is a skip, not a failure)."""
+        return self.status in (PASS, REFUSED)
+
+
+# Arrays on the plan's target -------------------------------------------------------------------
+def _inputs(problem: Problem, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """N(0,1) x (NHWC) and w (KRSC), rounded to the problem's dtype."""
+    dtype = numpy_dtype(problem.dtype)
+    x = rng.standard_normal((problem.N, problem.H, problem.W, problem.C)).astype(dtype)
+    w = rng.standard_normal((problem.K, problem.R, problem.S, problem.Cg)).astype(dtype)
+    return x, w
+
+
+def _to_device(array: np.ndarray, target: Target):
+    """Host arrays stay numpy; on CUDA, torch tensors when torch is there (it carries bf16),
+    else CuPy arrays (fp16 / fp32 only)."""
+    if target is Target.C:
+        return array
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        tdtype = {"float16": torch.float16, "float32": torch.float32,
+                  "bfloat16": torch.bfloat16}[str(array.dtype)]
+        return torch.from_numpy(array.astype(np.float32)).to("cuda").to(tdtype)
+    if str(array.dtype) == "bfloat16":
+        raise ValueError("bf16 on the cuda target needs torch (CuPy has no bfloat16)")
+    import cupy
+
+    return cupy.asarray(array)
+
+
+def _to_host(array) -> np.ndarray:
+    if isinstance(array, np.ndarray):
+        return array
+    if type(array).__module__.startswith("torch"):
+        return array.float().cpu().numpy()
+    import cupy
+
+    return cupy.asnumpy(array)
+
+
+def _synchronize(target: Target) -> None:
+    if target is Target.CUDA:
+        import cupy
+
+        cupy.cuda.Device().synchronize()
+
+
+def _buffers(plan: Plan, x):
+    """Preallocated y and workspace on x's device (so the timed runs allocate nothing)."""
+    p = plan.problem
+    if isinstance(x, np.ndarray):
+        return (np.empty((p.N, p.Ho, p.Wo, p.K), dtype=x.dtype),
+                np.empty(plan.workspace_bytes, dtype=np.uint8))
+    import cupy
+
+    if type(x).__module__.startswith("torch"):
+        import torch
+
+        y = torch.empty((p.N, p.Ho, p.Wo, p.K), dtype=x.dtype, device=x.device)
+    else:
+        y = cupy.empty((p.N, p.Ho, p.Wo, p.K), dtype=x.dtype)
+    return y, cupy.empty(plan.workspace_bytes, dtype=cupy.uint8)
+
+
+# Running ---------------------------------------------------------------------------------------
+def _time_plan(plan: Plan, x, w, repeats: int) -> float:
+    """Median wall time of plan.run with the filter transformed once (U reused, as in
+    inference) and y / workspace preallocated."""
+    y, workspace = _buffers(plan, x)
+    U = plan.transform_filter(w)
+    _synchronize(plan.target)
+    times = []
+    for _ in range(max(repeats, 1)):
+        start = time.perf_counter()
+        plan.run(x, U=U, y=y, workspace=workspace)
+        _synchronize(plan.target)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def run_case(problem: Problem, target: Target | str | None = None, tile: Tile | str | None = None,
+             seed: int = 0, *, cache_root: Path | None = None, repeats: int = 5,
+             **dispatch_options) -> CaseResult:
+    """Dispatch, verify and time one problem (see the module docstring)."""
+    try:
+        plan = dispatch(problem, target=target, tile=tile, cache_root=cache_root,
+                        **dispatch_options)
+    except Refused as refusal:
+        return CaseResult(problem, REFUSED, rule=refusal.rule, message=refusal.message)
+    except (KeyError, FileNotFoundError, RuntimeError, ValueError) as err:
+        return CaseResult(problem, ERROR, message=str(err.args[0] if err.args else err))
+    result = CaseResult(problem, ERROR, target=plan.target.value, tile=plan.tile.name,
+                        xdtype=plan.xdtype.short, kernels=tuple(s.name for s in plan.steps))
+    try:
+        x_host, w_host = _inputs(problem, np.random.default_rng(seed))
+        x, w = _to_device(x_host, plan.target), _to_device(w_host, plan.target)
+        y = _to_host(plan.run(x, w))  # the verifying run is the warm-up
+        reference = conv2d_reference(x_host, w_host, (problem.pad_h, problem.pad_w),
+                                     (problem.dil_h, problem.dil_w), problem.groups)
+        result.error = relative_error(y, reference)
+        result.bound = bound_for(plan.tile, problem.dtype, plan.xdtype)
+        result.time_s = _time_plan(plan, x, w, repeats)
+    except (KeyError, RuntimeError, ValueError, OSError) as err:
+        result.message = str(err.args[0] if err.args else err)
+        return result
+    result.status = PASS if result.error <= result.bound else FAIL
+    return result
+
+
+def run_cases(problems, target: Target | str | None = None, tile: Tile | str | None = None,
+              seed: int = 0, *, cache_root: Path | None = None, repeats: int = 5,
+              **dispatch_options) -> list[CaseResult]:
+    """``run_case`` for each problem; case i draws its inputs from the seed (seed, i)."""
+    return [run_case(problem, target, tile, seed=np.random.SeedSequence([seed, index]),
+                     cache_root=cache_root, repeats=repeats, **dispatch_options)
+            for index, problem in enumerate(problems)]
+
+
+# Printing --------------------------------------------------------------------------------------
+def _time_text(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return f"{seconds * 1e3:.3f} ms" if seconds < 1 else f"{seconds:.3f} s"
+
+
+def format_results(results: list[CaseResult]) -> str:
+    """One line per case (status, problem, tile and storage, error against bound, time) and a
+    summary line."""
+    lines = []
+    for r in results:
+        head = f"{r.status:<8} {r.problem.label()}"
+        if r.status == REFUSED:
+            lines.append(f"{head}  [{r.rule}] {r.message}")
+        elif r.error is None:
+            where = f"  {r.tile} x{r.xdtype}" if r.tile else ""
+            lines.append(f"{head}{where}  {r.message}")
+        else:
+            relation = "<=" if r.status == PASS else ">"
+            lines.append(f"{head}  {r.tile} x{r.xdtype} on {r.target}  err {r.error:.2e} "
+                         f"{relation} bound {r.bound:.1e}  time {_time_text(r.time_s)}")
+    count = {s: sum(r.status == s for r in results) for s in (PASS, FAIL, REFUSED, ERROR)}
+    lines.append(f"{len(results)} case(s): {count[PASS]} passed, {count[FAIL]} failed, "
+                 f"{count[ERROR]} error(s), {count[REFUSED]} refused (skipped)")
+    return "\n".join(lines)
+
+
+# `wino run` ------------------------------------------------------------------------------------
+def cmd_run(args: argparse.Namespace) -> int:
+    """``wino run`` (its flags are declared in wino/cli.py, which imports this module only when
+    the command runs): verify and time every problem given; 0 when every verified case passes
+    (refusals are skipped), 1 otherwise."""
+    problems = [Problem.from_miopen(line) for line in args.miopen_cmd]
+    for path in args.miopen_file:
+        problems += read_miopen_file(path)
+    if not problems:
+        raise ValueError("wino run: pass at least one --miopen-cmd LINE or --miopen-file FILE")
+    tile = Tile.parse(args.tile) if args.tile else None
+    results = run_cases(problems, args.target, tile, args.seed, cache_root=args.cache_root,
+                        repeats=args.repeats)
+    print(format_results(results))
+    return 0 if all(r.ok for r in results) else 1
