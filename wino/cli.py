@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import config, grid
+from .bench import cli as bench_cli
 from .launch import (
     default_stage_specs,
     largest_split,
@@ -290,6 +291,21 @@ COMMANDS: dict[str, Command] = {
         "list the AOT grid, its refusals, a problem's pick or the support matrix",
         _grid_arguments,
         _grid,
+    ),
+    "bench": Command(
+        "time each case's pipelines (binaries picked by timing), verify, compare with cuDNN",
+        bench_cli.bench_arguments,
+        bench_cli.bench,
+    ),
+    "tune": Command(
+        "write each case's fastest verified pipeline into the tuning DB",
+        bench_cli.tune_arguments,
+        bench_cli.tune,
+    ),
+    "plot": Command(
+        "plot a bench CSV: speedup over cuDNN and time against the roofline, per dtype",
+        bench_cli.plot_arguments,
+        bench_cli.plot,
     ),
 }
 

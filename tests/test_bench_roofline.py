@@ -1,0 +1,70 @@
+"""Roofline arithmetic on a case checked by hand, and the rates the host measures."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import host_cache
+from wino.bench.roofline import bandwidth_gbs, bound_us, gemm_flops, stage_bytes
+from wino.launch import default_stage_specs
+from wino.problem import Problem
+from wino.runtime import dispatch
+from wino.vocab import DType, Stage, Target, Tile
+
+# N=2 C=8 6x6 K=16 pad 1, fp16, F2x2: Ho = Wo = 6, 3 x 3 tiles per image, P = 18, A = 16.
+PROBLEM = Problem(N=2, C=8, H=6, W=6, K=16, pad_h=1, pad_w=1, dtype=DType.FP16)
+TILE = Tile(2, 2)
+X, Y, W = 2 * 6 * 6 * 8 * 2, 2 * 6 * 6 * 16 * 2, 16 * 9 * 8 * 2  # 1152, 2304, 2304 bytes
+U, FS = 16 * 16 * 8 * 2, 16 * 4  # 4096, 64 (fp16 storage, fp32 filter scales)
+V, TS, M = 16 * 18 * 8 * 2, 18 * 4, 16 * 18 * 16 * 4  # 4608, 72, 18432 (fp32 accumulators)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("roofline-cache")
+    host_cache.build(default_stage_specs(PROBLEM, TILE).values(), root)
+    return root
+
+
+def test_bytes_per_stage_by_hand(root):
+    plan = dispatch(PROBLEM, target="c", tile=TILE, cache_root=root)
+    assert plan.xdtype is DType.FP16 and Stage.PRESCALE not in plan.specs  # fused prescale
+    assert stage_bytes(plan) == {
+        Stage.FILTER: W + U + FS,  # 6464
+        Stage.INPUT: X + V + TS,  # 5832
+        Stage.GEMM: V + U + M,  # 27136
+        Stage.OUTPUT: M + Y + FS + TS,  # 20872
+    }
+    assert gemm_flops(plan) == 2 * 16 * 18 * 16 * 8 == 73728
+
+
+def test_batch_chunks_read_u_once_per_chunk(root):
+    plan = dispatch(PROBLEM, target="c", tile=TILE, cache_root=root, batch_split=1)
+    assert plan.chunks == [(0, 1), (1, 1)]
+    moved = stage_bytes(plan)
+    assert moved[Stage.GEMM] == V + 2 * U + M  # U and fs are read by every chunk
+    assert moved[Stage.INPUT] == X + V + TS and moved[Stage.OUTPUT] == M + Y + 2 * FS + TS
+    assert gemm_flops(plan) == 73728
+
+
+def test_bound_is_bytes_at_the_copy_rate_plus_flops_at_the_gemm_rate(root):
+    plan = dispatch(PROBLEM, target="c", tile=TILE, cache_root=root)
+    total = 6464 + 5832 + 27136 + 20872  # 60304 bytes
+    # 60304 B at 100 GB/s = 0.60304 us; 73728 FLOP at 1 TFLOP/s = 0.073728 us
+    assert bound_us(plan, 100.0, 1.0) == pytest.approx(0.60304 + 0.073728, rel=1e-12)
+    assert total / 100e9 * 1e6 == pytest.approx(0.60304)
+
+
+def test_bandwidth():
+    assert bandwidth_gbs(4_000, 2.0) == pytest.approx(2.0)  # 4 kB in 2 us = 2 GB/s
+    assert bandwidth_gbs(1, 0.0) == 0.0
+
+
+def test_host_rates_are_measured_once(root):
+    from wino.bench.device import open_device
+
+    device = open_device(Target.C, root)
+    copy = device.copy_gbs()
+    assert copy > 0 and device.copy_gbs() == copy  # cached: the same number
+    rate = device.gemm_tflops(DType.FP32, DType.FP32)
+    assert rate > 0 and device.gemm_tflops(DType.FP32, DType.FP32) == rate

@@ -1,0 +1,260 @@
+"""The ``bench``, ``tune`` and ``plot`` subcommands: arguments and handlers. Only argparse and
+pathlib at import time; the handlers import the runtime (``wino grid`` stays light)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .cases import SHAPE_FLAGS
+
+EXIT_UNAVAILABLE = 2
+
+
+# Arguments -----------------------------------------------------------------------------------
+def _case_arguments(parser: argparse.ArgumentParser) -> None:
+    cases = parser.add_argument_group("cases (files first, then commands, then the shape flags)")
+    cases.add_argument(
+        "--miopen-file",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="a file of MIOpenDriver conv lines (repeatable)",
+    )
+    cases.add_argument(
+        "--miopen-cmd",
+        action="append",
+        default=[],
+        metavar='"conv ..."',
+        help="one MIOpenDriver conv line (repeatable)",
+    )
+    for flag, field in SHAPE_FLAGS.items():
+        cases.add_argument(
+            flag,
+            type=int,
+            dest=f"shape_{field}",
+            metavar=field,
+            help=f"MIOpenDriver {flag} ({field})",
+        )
+    cases.add_argument(
+        "--dtype",
+        action="append",
+        metavar="fp16|bf16|fp32",
+        help="override the lines' dtype; repeat or give a comma list to sweep",
+    )
+    cases.add_argument("--limit", type=int, metavar="N", help="only the first N cases")
+    cases.add_argument(
+        "--shard", metavar="i/n", help="shard i of n (1-based): every n-th case from the i-th"
+    )
+    parser.epilog = (
+        "One case from MIOpenDriver shape flags: "
+        + " ".join(f"{flag} {field}" for flag, field in SHAPE_FLAGS.items())
+        + " (MIOpenDriver defaults)."
+    )
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    run = parser.add_argument_group("measuring")
+    run.add_argument(
+        "--target",
+        choices=["c", "cuda"],
+        help="where to run (default: cuda when a GPU is present, else c)",
+    )
+    run.add_argument(
+        "--tile",
+        action="append",
+        metavar="F4x4",
+        help="only these tiles (repeatable or a comma list; default: every tile)",
+    )
+    run.add_argument(
+        "--timing",
+        choices=["block", "staged"],
+        default="block",
+        help="block: the whole chain timed; staged: each stage timed alone",
+    )
+    run.add_argument(
+        "--cache-root",
+        type=Path,
+        metavar="DIR",
+        help="the build folder holding cache/ (default: build/)",
+    )
+    run.add_argument(
+        "--candidates",
+        type=int,
+        metavar="N",
+        help="time at most N candidates per stage (default: all on cuda, 2 on c)",
+    )
+    run.add_argument(
+        "--repeats",
+        type=int,
+        metavar="N",
+        help="timed runs of the final measurement (default: 25 on cuda, 3 on c)",
+    )
+    run.add_argument("--warmup", type=int, metavar="N", help="warm-up runs before them")
+    run.add_argument(
+        "--results",
+        type=Path,
+        metavar="CSV",
+        help="merge one row per case x engine x tile into this CSV",
+    )
+    run.add_argument(
+        "--progress",
+        action="store_true",
+        help="show the progress bar on stderr even when it is not a terminal",
+    )
+
+
+def bench_arguments(parser: argparse.ArgumentParser) -> None:
+    _case_arguments(parser)
+    _run_arguments(parser)
+    parser.add_argument(
+        "--verify", action="store_true", help="check every pipeline against a float64 reference"
+    )
+    parser.add_argument(
+        "--compare",
+        choices=["cudnn"],
+        help="time PyTorch's conv2d (cuDNN) on the same tensors (cuda only)",
+    )
+    parser.add_argument(
+        "--skip-measured",
+        action="store_true",
+        help="resume: skip the cases --results already holds",
+    )
+
+
+def tune_arguments(parser: argparse.ArgumentParser) -> None:
+    _case_arguments(parser)
+    _run_arguments(parser)
+
+
+def plot_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("csv", type=Path, help="a results CSV of wino bench")
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=Path("speedup.png"),
+        help="the picture (suffixed _<dtype> when the CSV holds several)",
+    )
+
+
+# Building the sweep --------------------------------------------------------------------------
+def gather_cases(args: argparse.Namespace):
+    from .cases import parse_dtypes, parse_shard, problems_from, select_cases, with_dtypes
+
+    shape = {
+        flag: getattr(args, f"shape_{field}")
+        for flag, field in SHAPE_FLAGS.items()
+        if getattr(args, f"shape_{field}") is not None
+    }
+    problems = problems_from(args.miopen_file, args.miopen_cmd, shape)
+    if not problems:
+        raise ValueError(
+            "no cases: pass --miopen-file, --miopen-cmd or shape flags (-n -c -H -W -k ...)"
+        )
+    cases = with_dtypes(problems, parse_dtypes(args.dtype))
+    return select_cases(cases, args.limit, parse_shard(args.shard))
+
+
+def _tiles(values):
+    from ..vocab import TILES, Tile
+
+    if not values:
+        return TILES
+    return tuple(
+        dict.fromkeys(Tile.parse(t.strip()) for v in values for t in v.split(",") if t.strip())
+    )
+
+
+def _target(name: str | None):
+    from ..runtime.backends import cuda_available
+    from ..vocab import Target
+
+    if name is not None:
+        return Target(name)
+    return Target.CUDA if cuda_available() else Target.C
+
+
+def _device(args: argparse.Namespace, target):
+    from .device import open_device
+    from .timing import Settings
+
+    device = open_device(target, args.cache_root)
+    if args.repeats is not None or args.warmup is not None:
+        default = device.final_settings
+        device.final_settings = Settings(
+            default.warmup if args.warmup is None else args.warmup,
+            default.repeats if args.repeats is None else args.repeats,
+        )
+    return device
+
+
+def build_sweep(
+    args: argparse.Namespace, verify: bool, compare: str | None, skip_measured: bool = False
+):
+    from .sweep import Options, Sweep
+
+    target = _target(args.target)
+    if compare == "cudnn" and target.value != "cuda":
+        raise ValueError("--compare cudnn needs the cuda target (PyTorch on the GPU)")
+    if skip_measured and args.results is None:
+        raise ValueError("--skip-measured needs --results (the CSV to resume)")
+    if args.candidates is not None and args.candidates < 1:
+        raise ValueError(f"--candidates {args.candidates}: expected N >= 1")
+    device = _device(args, target)
+    options = Options(
+        tiles=_tiles(args.tile),
+        timing=args.timing,
+        verify=verify,
+        compare=compare,
+        candidate_limit=args.candidates,
+        cache_root=args.cache_root,
+    )
+    return Sweep(device, options, args.results, skip_measured)
+
+
+def _header(command: str, sweep, cases) -> None:
+    d, o = sweep.device, sweep.options
+    tiles = "all" if len(o.tiles) > 8 else ",".join(t.name for t in o.tiles)
+    print(
+        f"wino {command}: {len(cases)} case(s) on {d.target.value} ({d.manifest.flavor}), "
+        f"timing {o.timing}, tiles {tiles}",
+        flush=True,
+    )
+
+
+# Handlers ------------------------------------------------------------------------------------
+def bench(args: argparse.Namespace) -> int:
+    from .progress import Progress
+
+    cases = gather_cases(args)
+    sweep = build_sweep(args, args.verify, args.compare, args.skip_measured)
+    _header("bench", sweep, cases)
+    return sweep.run(cases, Progress(len(cases), True if args.progress else None))
+
+
+def tune(args: argparse.Namespace) -> int:
+    from .progress import Progress
+    from .tune import tune as run_tune
+
+    cases = gather_cases(args)
+    sweep = build_sweep(args, verify=True, compare=None)
+    _header("tune", sweep, cases)
+    progress = Progress(len(cases), True if args.progress else None)
+    return run_tune(cases, sweep, progress, args.cache_root)
+
+
+def plot(args: argparse.Namespace) -> int:
+    from .plot import PlotUnavailable
+    from .plot import plot as draw
+
+    try:
+        paths = draw(args.csv, args.output)
+    except PlotUnavailable as missing:
+        print(f"wino: {missing}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    for path in paths:
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,144 @@
+"""The CUDA device (H200): PyTorch tensors as operands (bf16 needs them; the runtime takes them
+in place), the float64 reference through ``torch.nn.functional.conv2d`` on the GPU, CUDA-graph
+timing, the copy bandwidth of a large device-to-device copy and the cuBLAS rate through
+``CudaBackend.gemm``.
+
+Streams: the operands and the reference live on PyTorch's current stream, the timed graphs on a
+non-blocking CuPy stream; ``synchronize`` (the whole device) separates the two.
+"""
+
+from __future__ import annotations
+
+from ..problem import Problem
+from ..runtime.plan import GemmStep
+from ..vocab import DType, Target
+from .device import Device, Operands
+from .timing import CupyGraphTimer, Settings
+
+L2_BYTES = 60 << 20  # H200: 60 MB of L2
+MAX_SETS = 16
+COPY_BYTES = 1 << 30
+TORCH_DTYPES = {DType.FP16: "float16", DType.BF16: "bfloat16", DType.FP32: "float32"}
+
+
+def operand_sets(problem: Problem) -> int:
+    """Operand sets to rotate through: enough to hold twice L2 when one set fits in it."""
+    io = problem.dtype.itemsize
+    footprint = io * (
+        problem.N * problem.H * problem.W * problem.C
+        + problem.K * problem.R * problem.S * problem.Cg
+        + problem.N * problem.Ho * problem.Wo * problem.K
+    )
+    if footprint >= L2_BYTES:
+        return 1
+    return min(MAX_SETS, -(-2 * L2_BYTES // footprint))
+
+
+class CudaDevice(Device):
+    target = Target.CUDA
+    CANDIDATE = Settings(warmup=3, repeats=20)
+    FINAL = Settings(warmup=5, repeats=25)
+    GEMM_SHAPE = (36, 4096, 256, 256)
+    CANDIDATE_LIMIT = None
+
+    def __init__(self, manifest, candidate: Settings, final: Settings):
+        try:
+            import torch
+        except ImportError:
+            raise ValueError(
+                "wino bench --target cuda needs PyTorch (bf16 tensors, the float64 "
+                "reference, cuDNN): pip install torch"
+            ) from None
+        import cupy
+
+        super().__init__(manifest, candidate, final)
+        self.torch, self.cupy = torch, cupy
+        self._timers: dict[bool, CupyGraphTimer] = {}
+
+    def timer(self, final: bool = False) -> CupyGraphTimer:
+        if final not in self._timers:
+            settings = self.final_settings if final else self.candidate_settings
+            self._timers[final] = CupyGraphTimer(settings)
+        return self._timers[final]
+
+    def tensor_dtype(self, dtype: DType):
+        return getattr(self.torch, TORCH_DTYPES[dtype])
+
+    def operands(self, problem: Problem) -> Operands:
+        from ..runtime.cuda import device_view
+
+        torch, dtype = self.torch, self.tensor_dtype(problem.dtype)
+        p = problem
+        arrays, raw = [], []
+        for _ in range(operand_sets(problem)):
+            x = torch.randn((p.N, p.H, p.W, p.C), device="cuda").to(dtype)
+            w = torch.randn((p.K, p.R, p.S, p.Cg), device="cuda").to(dtype)
+            y = torch.empty((p.N, p.Ho, p.Wo, p.K), device="cuda", dtype=dtype)
+            arrays.append((x, w, y))
+            raw.append(tuple(device_view(t, p.dtype) for t in (x, w, y)))
+        self.synchronize()
+        return Operands(arrays, raw)
+
+    def workspace(self, nbytes: int):
+        return self.cupy.empty(nbytes, dtype=self.cupy.uint8)
+
+    def poison(self, y) -> None:
+        y.fill_(float("nan"))
+
+    def synchronize(self) -> None:
+        self.torch.cuda.synchronize()
+
+    def reference(self, problem: Problem, operands: Operands):
+        """float64 direct convolution on the GPU, NHWK (a view of PyTorch's NCHW result)."""
+        F = self.torch.nn.functional
+        x, w, _ = operands.arrays[0]
+        ref = F.conv2d(
+            x.double().permute(0, 3, 1, 2),
+            w.double().permute(0, 3, 1, 2),
+            None,
+            1,
+            (problem.pad_h, problem.pad_w),
+            (problem.dil_h, problem.dil_w),
+            problem.groups,
+        )
+        return ref.permute(0, 2, 3, 1)
+
+    def error(self, y, ref) -> float:
+        """max|y - ref| / max|ref| on the GPU (inf when y holds a NaN or an inf)."""
+        self.synchronize()
+        out = y.double()
+        if not bool(self.torch.isfinite(out).all()):
+            return float("inf")
+        scale = float(ref.abs().max())
+        err = float((out - ref).abs().max())
+        return err / scale if scale > 0 else (0.0 if err == 0 else float("inf"))
+
+    def measure_copy_gbs(self) -> float:
+        cupy = self.cupy
+        src = cupy.random.standard_normal(COPY_BYTES // 4, dtype=cupy.float32)
+        dst = cupy.empty_like(src)
+
+        def copy(_s: int) -> None:
+            dst.data.copy_from_device_async(src.data, src.nbytes, cupy.cuda.get_current_stream())
+
+        us = CupyGraphTimer(Settings(3, 20)).time_us(copy)
+        return 2 * src.nbytes / (us * 1e-6) / 1e9
+
+    def _random_raw(self, shape, dtype: DType):
+        """N(0, 1) data as the backend's raw type (uint16 bits for 16-bit dtypes)."""
+        cupy = self.cupy
+        data = cupy.random.standard_normal(shape, dtype=cupy.float32)
+        if dtype is DType.FP32:
+            return data
+        if dtype is DType.FP16:
+            return data.astype(cupy.float16).view(cupy.uint16)
+        return (data.view(cupy.uint32) >> 16).astype(cupy.uint16)  # bf16: the top half
+
+    def measure_gemm_us(self, step: GemmStep) -> float:
+        V = self._random_raw((step.batch, step.m, step.k), step.xdtype)
+        U = self._random_raw((step.batch, step.n, step.k), step.xdtype)
+        M = self.cupy.empty(
+            (step.batch, step.m, step.n),
+            dtype=self.cupy.float32 if step.accdtype is DType.FP32 else self.cupy.uint16,
+        )
+        return CupyGraphTimer(Settings(3, 20)).time_us(lambda s: self.backend.gemm(step, V, U, M))

@@ -1,0 +1,92 @@
+"""What a sweep needs of a target, shared by the host (``bench.host``) and CUDA
+(``bench.cuda``) devices: the runtime backend, operands, the reference and the error, the two
+timers (candidate selection and the final chain) and the rates the roofline uses, measured once
+per run and cached."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import cache
+from ..runtime.plan import GemmStep
+from ..vocab import DType, Target
+from .timing import Settings
+
+
+@dataclass
+class Operands:
+    """Input/output sets of one case: ``arrays`` in the framework's type (numpy or torch) and
+    ``raw`` the backend's views of the same memory. More than one set where one fits in L2."""
+
+    arrays: list[tuple[Any, Any, Any]]  # (x NHWC, w KRSC, y NHWK)
+    raw: list[tuple[Any, Any, Any]]
+
+    @property
+    def sets(self) -> int:
+        return len(self.arrays)
+
+
+@dataclass
+class Rates:
+    """Ceilings measured in this run: copy bandwidth (GB/s, bytes read + written over time) and
+    GEMM rate (TFLOP/s) per (xdtype, accdtype)."""
+
+    copy_gbs: float | None = None
+    gemm_tflops: dict[tuple[DType, DType], float] = field(default_factory=dict)
+
+
+class Device:
+    target: Target
+    #: A representative K3: batch (bins x groups), m (tiles), n (K/G), k (C/G).
+    GEMM_SHAPE: tuple[int, int, int, int]
+
+    def __init__(self, manifest: cache.Manifest, candidate: Settings, final: Settings):
+        from ..runtime.backends import backend_for
+
+        self.manifest = manifest
+        self.backend = backend_for(self.target, manifest)
+        self.candidate_settings, self.final_settings = candidate, final
+        self.rates = Rates()
+
+    @property
+    def kernel_names(self) -> set[str]:
+        return set(self.manifest.kernels)
+
+    def copy_gbs(self) -> float:
+        if self.rates.copy_gbs is None:
+            self.rates.copy_gbs = self.measure_copy_gbs()
+        return self.rates.copy_gbs
+
+    def gemm_tflops(self, xdtype: DType, accdtype: DType) -> float:
+        key = (xdtype, accdtype)
+        if key not in self.rates.gemm_tflops:
+            step = GemmStep(*self.GEMM_SHAPE, xdtype, accdtype)
+            self.rates.gemm_tflops[key] = step.flops / (self.measure_gemm_us(step) * 1e-6) / 1e12
+        return self.rates.gemm_tflops[key]
+
+    # Per target ------------------------------------------------------------------------------
+    def measure_copy_gbs(self) -> float:
+        raise NotImplementedError
+
+    def measure_gemm_us(self, step: GemmStep) -> float:
+        raise NotImplementedError
+
+
+def open_device(
+    target: Target,
+    cache_root: Path | None,
+    candidate: Settings | None = None,
+    final: Settings | None = None,
+) -> Device:
+    """The device of ``target`` over its cache (``cache_root``: the build folder; None: build/).
+    Timing settings default per target."""
+    manifest = cache.find_manifest(target, cache_root)
+    if target is Target.C:
+        from .host import HostDevice as cls
+    elif target is Target.CUDA:
+        from .cuda import CudaDevice as cls
+    else:
+        raise ValueError(f"target {target.value}: no device to benchmark on (compile only)")
+    return cls(manifest, candidate or cls.CANDIDATE, final or cls.FINAL)

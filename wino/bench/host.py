@@ -1,0 +1,75 @@
+"""The host (c target) device: numpy operands, the numpy float64 reference, ``perf_counter``
+timing, memcpy bandwidth and the GEMM rate through the host backend's numpy GEMM.
+
+The host is a functional stand-in for the GPU, not a performance target: candidates are timed
+once each (no warm-up: the binaries are loaded first), the chain a few times."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..problem import Problem
+from ..runtime.arrays import numpy_dtype
+from ..runtime.plan import GemmStep
+from ..runtime.reference import conv2d_reference, relative_error
+from ..vocab import Target
+from .device import Device, Operands
+from .timing import HostTimer, Settings
+
+COPY_BYTES = 64 << 20
+
+
+class HostDevice(Device):
+    target = Target.C
+    CANDIDATE = Settings(warmup=0, repeats=1)
+    FINAL = Settings(warmup=0, repeats=3)
+    GEMM_SHAPE = (16, 2048, 128, 128)
+    #: Candidates per stage on the host (the GPU times every candidate).
+    CANDIDATE_LIMIT = 2
+
+    def timer(self, final: bool = False) -> HostTimer:
+        return HostTimer(self.final_settings if final else self.candidate_settings)
+
+    def operands(self, problem: Problem) -> Operands:
+        """One set of fresh N(0, 1) inputs (host caches are far smaller than the operands)."""
+        rng = np.random.default_rng()
+        dtype = numpy_dtype(problem.dtype)
+        x = rng.standard_normal((problem.N, problem.H, problem.W, problem.C), np.float32)
+        w = rng.standard_normal((problem.K, problem.R, problem.S, problem.Cg), np.float32)
+        y = np.empty((problem.N, problem.Ho, problem.Wo, problem.K), dtype)
+        arrays = (x.astype(dtype), w.astype(dtype), y)
+        return Operands([arrays], [arrays])
+
+    def workspace(self, nbytes: int) -> np.ndarray:
+        return np.empty(nbytes, np.uint8)
+
+    def poison(self, y) -> None:
+        y[...] = np.nan
+
+    def synchronize(self) -> None:
+        pass
+
+    def reference(self, problem: Problem, operands: Operands):
+        x, w, _ = operands.arrays[0]
+        return conv2d_reference(
+            x, w, (problem.pad_h, problem.pad_w), (problem.dil_h, problem.dil_w), problem.groups
+        )
+
+    def error(self, y, ref) -> float:
+        return relative_error(y, ref)
+
+    def measure_copy_gbs(self) -> float:
+        src = np.random.default_rng().standard_normal(COPY_BYTES // 4, np.float32)
+        dst = np.empty_like(src)
+        seconds = HostTimer(Settings(1, 5)).time_us(lambda s: np.copyto(dst, src)) * 1e-6
+        return 2 * src.nbytes / seconds / 1e9
+
+    def measure_gemm_us(self, step: GemmStep) -> float:
+        from .stages import gemm
+
+        rng = np.random.default_rng()
+        x, acc = numpy_dtype(step.xdtype), numpy_dtype(step.accdtype)
+        V = rng.standard_normal((step.batch, 1, step.m, step.k), np.float32).astype(x)
+        U = rng.standard_normal((step.batch, step.n, step.k), np.float32).astype(x)
+        M = np.empty((step.batch, 1, step.m, step.n), acc)
+        return HostTimer(Settings(1, 3)).time_us(lambda s: gemm(self.backend, step, V, U, M, 1))

@@ -1,0 +1,101 @@
+"""``wino plot out.csv -o speedup.png``: per dtype, one picture with two panels per layer: the
+speedup of the best wino pipeline over cuDNN, and its time against its roofline bound (and
+cuDNN's time). matplotlib is optional (``pip install 'wino[plot]'``) and imported here only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import results
+
+INSTALL = "pip install 'wino[plot]'"
+
+
+class PlotUnavailable(RuntimeError):
+    """matplotlib is not installed."""
+
+
+def pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotUnavailable(f"wino plot needs matplotlib: {INSTALL}") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def output_paths(output: Path, dtypes: list[str]) -> dict[str, Path]:
+    """One file per dtype: ``output`` itself for one dtype, else suffixed ``_<dtype>``."""
+    if len(dtypes) == 1:
+        return {dtypes[0]: output}
+    return {d: output.with_name(f"{output.stem}_{d}{output.suffix}") for d in dtypes}
+
+
+def layers(rows: list[results.Row], dtype: str) -> list[dict]:
+    """Per case of this dtype (in CSV order): its label, the best wino row and the cuDNN row."""
+    out, seen = [], set()
+    for row in rows:
+        if row["dtype"] != dtype or (row["target"], row["case"]) in seen:
+            continue
+        seen.add((row["target"], row["case"]))
+        group = [r for r in rows if (r["target"], r["case"]) == (row["target"], row["case"])]
+        best = results.best_wino(group)
+        cudnn = next((r for r in group if r["engine"] == "cudnn"), None)
+        if best is not None or cudnn is not None:
+            label = row["label"].split(" ", 1)[-1].split(" 3x3")[0]
+            out.append({"label": label, "wino": best, "cudnn": cudnn})
+    return out
+
+
+def _time(row, column: str = "total_us"):
+    return results.num(row, column) if row is not None else None
+
+
+def figure(plt, dtype: str, data: list[dict]):
+    names = [d["label"] for d in data]
+    xs = range(len(data))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6.0, 0.8 * len(data) + 2), 8), sharex=True)
+    speedups = [(_time(d["cudnn"]) or 0) / (_time(d["wino"]) or float("inf")) for d in data]
+    top.bar(xs, speedups, color=["tab:green" if s >= 1 else "tab:red" for s in speedups])
+    top.axhline(1.0, color="black", linewidth=0.8)
+    top.set_ylabel("speedup over cuDNN (x)")
+    top.set_title(f"wino vs cuDNN, {dtype}")
+    width = 0.27
+    series = (
+        ("wino", lambda d: _time(d["wino"])),
+        ("roofline bound", lambda d: _time(d["wino"], "bound_us")),
+        ("cuDNN", lambda d: _time(d["cudnn"])),
+    )
+    for i, (name, value) in enumerate(series):
+        bottom.bar(
+            [x + (i - 1) * width for x in xs], [value(d) or 0 for d in data], width, label=name
+        )
+    bottom.set_yscale("log")
+    bottom.set_ylabel("time (us)")
+    bottom.legend()
+    bottom.set_xticks(list(xs))
+    bottom.set_xticklabels(names, rotation=45, ha="right", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot(csv_path: Path, output: Path) -> list[Path]:
+    """Write the pictures; returns their paths."""
+    rows = results.read(csv_path)
+    if not rows:
+        raise ValueError(f"{csv_path}: no rows to plot")
+    plt = pyplot()
+    dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
+    written = []
+    for dtype, path in output_paths(Path(output), dtypes).items():
+        data = layers(rows, dtype)
+        if not data:
+            continue
+        fig = figure(plt, dtype, data)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+    return written

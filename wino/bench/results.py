@@ -1,0 +1,166 @@
+"""The results CSV: one row per case x engine x tile, merged by key and written atomically.
+
+Key: (target, case, engine, tile); ``case`` is the MIOpenDriver line plus the dilation (dtype
+and batch included). A later row replaces an earlier one with the same key; other rows are kept
+in their order, so an interrupted sweep resumes (``--skip-measured``) without losing rows.
+Values are strings as the csv module reads them; empty means not measured / not applicable.
+``verified`` is ``yes`` or ``no``; ``error`` is empty when the pipeline was not checked, so a
+failed check is ``verified == no`` with an error.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+KEY = ("target", "case", "engine", "tile")
+SHAPE = ("N", "C", "H", "W", "K", "pad_h", "pad_w", "dil_h", "dil_w", "groups")
+STAGE_COLUMNS = ("k1", "k2a", "k2", "k3", "k4")
+COLUMNS = (
+    "target",
+    "case",
+    "label",
+    "dtype",
+    *SHAPE,
+    "engine",
+    "tile",
+    "timing",
+    "xdtype",
+    "batch_split",
+    "k1",
+    "k2a",
+    "k2",
+    "k4",
+    *(f"{s}_us" for s in STAGE_COLUMNS),
+    "total_us",
+    "tflops",
+    "k1_gbs",
+    "k2a_gbs",
+    "k2_gbs",
+    "k4_gbs",
+    "copy_gbs",
+    "gemm_tflops",
+    "bound_us",
+    "bound_ratio",
+    "error",
+    "tolerance",
+    "verified",
+    "speedup",
+    "winner",
+)
+Row = dict[str, str]
+
+
+def key(row: Row) -> tuple[str, ...]:
+    return tuple(row.get(k, "") for k in KEY)
+
+
+def fmt(value: float | int | None, digits: int = 4) -> str:
+    """A number for the CSV: significant digits, '' for None, 'inf' / 'nan' as such."""
+    if value is None:
+        return ""
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value) or math.isinf(value):
+        return str(value)
+    return f"{value:.{digits}g}"
+
+
+def num(row: Row, column: str) -> float | None:
+    text = row.get(column, "")
+    return float(text) if text not in ("", None) else None
+
+
+def failed(row: Row) -> bool:
+    """Checked against the reference and out of bounds."""
+    return row.get("error", "") != "" and row.get("verified") != "yes"
+
+
+def read(path: Path) -> list[Row]:
+    """The rows of a results CSV ([] when it does not exist); unknown columns are dropped."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        missing = [k for k in KEY if k not in (reader.fieldnames or ())]
+        if missing:
+            raise ValueError(f"{path}: not a wino results CSV (no {', '.join(missing)} column)")
+        return [{c: row.get(c) or "" for c in COLUMNS} for row in reader]
+
+
+def merge(old: Iterable[Row], new: Iterable[Row]) -> list[Row]:
+    """``old`` with rows of the same key replaced by ``new`` (in place), then the rest of new."""
+    fresh = {key(row): row for row in new}
+    out = [fresh.pop(key(row), row) for row in old]
+    return out + list(fresh.values())
+
+
+def write(path: Path, rows: Iterable[Row]) -> Path:
+    """Write the CSV atomically: a temp file in the same folder, then a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({c: row.get(c, "") for c in COLUMNS})
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def update(path: Path, new: Iterable[Row]) -> list[Row]:
+    """Merge ``new`` into the CSV at ``path`` (winners and speedups recomputed) and write it;
+    returns every row."""
+    rows = annotate(merge(read(path), new))
+    write(path, rows)
+    return rows
+
+
+def measured_cases(rows: Iterable[Row], target: str, engines: Iterable[str]) -> set[str]:
+    """Cases that have a row of every engine on this target."""
+    seen: dict[str, set[str]] = {}
+    for row in rows:
+        if row.get("target") == target:
+            seen.setdefault(row["case"], set()).add(row["engine"])
+    want = set(engines)
+    return {case for case, have in seen.items() if want <= have}
+
+
+def best_wino(rows: Iterable[Row]) -> Row | None:
+    """The fastest wino row that did not fail verification, verified rows first."""
+    usable = [r for r in rows if r.get("engine") == "wino" and not failed(r) and num(r, "total_us")]
+    verified = [r for r in usable if r.get("verified") == "yes"]
+    pool = verified or usable
+    return min(pool, key=lambda r: num(r, "total_us")) if pool else None
+
+
+def annotate(rows: list[Row]) -> list[Row]:
+    """Per case: ``speedup`` on the wino rows (cuDNN time / wino time) and the ``winner`` on
+    every row (``wino <tile>`` or ``cudnn``), when the case has a cuDNN row."""
+    by_case: dict[tuple[str, str], list[Row]] = {}
+    for row in rows:
+        by_case.setdefault((row["target"], row["case"]), []).append(row)
+    for case_rows in by_case.values():
+        cudnn = next((r for r in case_rows if r["engine"] == "cudnn"), None)
+        cudnn_us = num(cudnn, "total_us") if cudnn else None
+        if not cudnn_us:
+            continue
+        for row in case_rows:
+            if row["engine"] == "wino" and num(row, "total_us"):
+                row["speedup"] = fmt(cudnn_us / num(row, "total_us"))
+        best = best_wino(case_rows)
+        won = best is not None and num(best, "total_us") < cudnn_us
+        winner = f"wino {best['tile']}" if won else "cudnn"
+        for row in case_rows:
+            row["winner"] = winner
+    return rows

@@ -1,0 +1,76 @@
+"""The roofline of a plan: the fewest bytes each stage moves through memory (every buffer it
+reads read once, every buffer it writes written once), at the copy bandwidth measured in the same
+run, plus the GEMM work at the GEMM rate measured in the same run.
+
+Bytes per stage, summed over the batch chunks, sizes from the plan's dtypes and
+``workspace_layout`` (buffer extents, not the 256-byte aligned allocations):
+  K1   w read + U write + fs write
+  K2a  x read + ts write
+  K2   x read + V write (+ ts: fused writes it, split reads it)
+  K3   V read + U read + M write
+  K4   M read + y write + fs read (+ ts read)
+bound = sum(bytes) / copy bandwidth + sum(GemmStep.flops) / GEMM rate; ratio = bound / measured.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from ..runtime.plan import GemmStep, Plan, plan_layout
+from ..vocab import Prescale, Stage
+
+
+def _nbytes(layout, name: str) -> int:
+    if name not in layout:
+        return 0
+    shape, dtype = layout[name]
+    return prod(shape) * dtype.itemsize
+
+
+def stage_bytes(plan: Plan) -> dict[Stage, int]:
+    """Bytes each stage moves (the plan's stages only; K2a only with the split prescale)."""
+    p, io = plan.problem, plan.problem.dtype.itemsize
+    full = plan_layout(p, plan.tile, plan.specs, plan.batch_split)
+    w_bytes = p.K * p.R * p.S * p.Cg * io
+    out = {
+        Stage.FILTER: w_bytes + _nbytes(full, "U") + _nbytes(full, "fs"),
+        Stage.INPUT: 0,
+        Stage.GEMM: 0,
+        Stage.OUTPUT: 0,
+    }
+    if plan.prescale is Prescale.SPLIT:
+        out[Stage.PRESCALE] = 0
+    for _, images in plan.chunks:
+        layout = plan_layout(p, plan.tile, plan.specs, images)
+        x = images * p.H * p.W * p.C * io
+        y = images * p.Ho * p.Wo * p.K * io
+        v, m, ts = _nbytes(layout, "V"), _nbytes(layout, "M"), _nbytes(layout, "ts")
+        if Stage.PRESCALE in out:
+            out[Stage.PRESCALE] += x + ts
+        out[Stage.INPUT] += x + v + ts
+        out[Stage.GEMM] += v + _nbytes(layout, "U") + m
+        out[Stage.OUTPUT] += m + y + _nbytes(layout, "fs") + ts
+    return out
+
+
+def gemm_flops(plan: Plan) -> int:
+    """The GEMM work of every chunk."""
+    return sum(
+        step.flops
+        for _, images in plan.chunks
+        for step in plan.chunk_steps[images]
+        if isinstance(step, GemmStep)
+    )
+
+
+def bound_us(plan: Plan, copy_gbs: float, gemm_tflops: float) -> float:
+    """The roofline time in microseconds: bytes at ``copy_gbs`` GB/s plus the GEMM FLOPs at
+    ``gemm_tflops`` TFLOP/s."""
+    memory = sum(stage_bytes(plan).values()) / (copy_gbs * 1e9)
+    compute = gemm_flops(plan) / (gemm_tflops * 1e12)
+    return (memory + compute) * 1e6
+
+
+def bandwidth_gbs(nbytes: int, time_us: float) -> float:
+    """Achieved bandwidth in GB/s (bytes moved over the measured time)."""
+    return nbytes / (time_us * 1e-6) / 1e9 if time_us > 0 else 0.0

@@ -1,0 +1,70 @@
+"""One stage's launches alone, as the backends' ``run`` issues them (same buffers, same order
+over the batch chunks), so a stage can be timed by itself.
+
+``issuers(plan, backend, x, w, y, workspace)`` takes the backend's raw operands (numpy arrays on
+the host, CuPy views on CUDA) and returns one callable per stage of the plan: K1 (filter), K2a
+(prescale, split only), K2 (input), K3 (GEMM) and K4 (output).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+from ..runtime.plan import GemmStep, Plan
+from ..vocab import Stage
+
+
+def gemm(backend, step: GemmStep, V, U, M, images: int) -> None:
+    """K3 through the backend (the host GEMM also takes the chunk's image count)."""
+    if "images" in inspect.signature(backend.gemm).parameters:
+        backend.gemm(step, V, U, M, images)
+    else:
+        backend.gemm(step, V, U, M)
+
+
+def _chunk_call(plan: Plan, backend, stage: Stage, x, y, workspace, U, fs):
+    """The launches of one stage over every batch chunk."""
+    calls = []
+    for start, images in plan.chunks:
+        views = backend.workspace(plan, workspace, images)
+        xs, ys, ts = x[start : start + images], y[start : start + images], views.get("ts")
+        for step in plan.chunk_steps[images]:
+            if step.stage is not stage:
+                continue
+            if stage is Stage.GEMM:
+                calls.append((gemm, (backend, step, views["V"], U, views["M"], images)))
+            elif stage is Stage.PRESCALE:
+                calls.append((backend.launch, (plan, step, xs, ts)))
+            elif stage is Stage.INPUT:
+                calls.append((backend.launch, (plan, step, xs, views["V"], ts)))
+            elif stage is Stage.OUTPUT:
+                calls.append((backend.launch, (plan, step, views["M"], fs, ts, ys)))
+
+    def issue() -> None:
+        for function, args in calls:
+            function(*args)
+
+    return issue
+
+
+def issuers(plan: Plan, backend, x, w, y, workspace) -> dict[Stage, Callable[[], None]]:
+    """Stage -> a callable issuing that stage's launches (raw operands, the plan's workspace)."""
+    first = backend.workspace(plan, workspace, plan.batch_split)
+    U, fs = first["U"], first["fs"]
+    k1 = next(s for s in plan.steps if s.stage is Stage.FILTER)
+    out: dict[Stage, Callable[[], None]] = {
+        Stage.FILTER: lambda: backend.launch(plan, k1, w, U, fs)
+    }
+    present = {step.stage for step in plan.steps}
+    for stage in (Stage.PRESCALE, Stage.INPUT, Stage.GEMM, Stage.OUTPUT):
+        if stage in present:
+            out[stage] = _chunk_call(plan, backend, stage, x, y, workspace, U, fs)
+    return out
+
+
+def load(plan: Plan, backend) -> None:
+    """Load every binary of the plan (module loads stay out of the timings)."""
+    for step in plan.steps:
+        if not isinstance(step, GemmStep):
+            backend.function(step.name)

@@ -1,0 +1,359 @@
+"""The sweep: for every case and tile, pick each stage's binary by timing (``select``), verify
+the assembled pipeline, time the chain; compare with cuDNN; write the rows; print the Best line.
+
+Per tile, each transformed-dtype family gets its pick; the picks are tried fastest first
+(sum of their stage times) and the first that verifies is the tile's pipeline (without
+``--verify``, the fastest). A case no pipeline fits is reported, not failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..problem import Problem
+from ..refusals import Refused, check_problem
+from ..vocab import TILES, Stage, Tile
+from . import accuracy, results
+from .candidates import Candidates, families
+from .cases import case_key
+from .compare import DirectResult
+from .device import Device, Operands
+from .roofline import bandwidth_gbs, bound_us, stage_bytes
+from .select import Pick, Prober, select
+
+TIMINGS = ("block", "staged")
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Options:
+    tiles: tuple[Tile, ...] = TILES
+    timing: str = "block"
+    verify: bool = False
+    compare: str | None = None  # "cudnn"
+    candidate_limit: int | None = None  # candidates per stage; None: the device's default
+    cache_root: Path | None = None
+
+
+@dataclass
+class TileRun:
+    """The pipeline of one tile: its pick, stage and total times, and its check."""
+
+    pick: Pick
+    stage_us: dict[Stage, float]
+    total_us: float
+    error: float | None = None
+    tolerance: float | None = None
+
+    @property
+    def verified(self) -> bool:
+        return self.error is not None and accuracy.passes(self.error, self.tolerance)
+
+
+@dataclass
+class CaseRun:
+    problem: Problem
+    tiles: list[TileRun] = field(default_factory=list)
+    direct: DirectResult | None = None
+    refused: Refused | None = None
+
+
+# Planning ------------------------------------------------------------------------------------
+def plan_tiles(
+    problem: Problem, device: Device, options: Options, say: Say
+) -> dict[Tile, list[Candidates]]:
+    """The tiles that can run (their candidate families); refusals and gaps are printed."""
+    limit = options.candidate_limit
+    if limit is None:
+        limit = device.CANDIDATE_LIMIT
+    out = {}
+    for tile in options.tiles:
+        try:
+            check_problem(problem, tile)
+        except Refused as refusal:
+            say(f"  {tile}: refused [{refusal.rule}] {refusal.message}")
+            continue
+        found = families(problem, tile, device.kernel_names, limit)
+        if found:
+            out[tile] = found
+        else:
+            say(f"  {tile}: no binary in the cache fits every stage")
+    return out
+
+
+# One case ------------------------------------------------------------------------------------
+def bench_case(problem: Problem, device: Device, options: Options, say: Say) -> CaseRun:
+    """Measure one case (every tile that fits, and cuDNN when asked)."""
+    try:
+        check_problem(problem)
+    except Refused as refusal:
+        say(f"skip {problem.label()}: refused [{refusal.rule}] {refusal.message}")
+        return CaseRun(problem, refused=refusal)
+    say(f"case {problem.label()}")
+    tiles = plan_tiles(problem, device, options, say)
+    run = CaseRun(problem)
+    if not tiles:
+        say("  no pipeline fits this case")
+        return run
+    operands = device.operands(problem)
+    ref = device.reference(problem, operands) if options.verify else None
+    for found in tiles.values():
+        tile_run = bench_tile(problem, found, device, operands, ref, options, say)
+        if tile_run is not None:
+            run.tiles.append(tile_run)
+            say(tile_line(problem, tile_run))
+    if options.compare == "cudnn":
+        from .compare import cudnn
+
+        run.direct = cudnn(problem, device, operands, ref)
+        say(direct_line(problem, run.direct))
+    return run
+
+
+def bench_tile(
+    problem: Problem,
+    found: list[Candidates],
+    device: Device,
+    operands: Operands,
+    ref,
+    options: Options,
+    say: Say,
+) -> TileRun | None:
+    picks = [select(c, Prober(device, problem, operands, options.cache_root)) for c in found]
+    picks = sorted((p for p in picks if p is not None), key=lambda p: p.staged_us)
+    if not picks:
+        return None
+    bound = accuracy.tolerance(picks[0].plan.tile, problem.dtype)
+    chosen, error = picks[0], None
+    if ref is not None:
+        errors = []
+        for pick in picks:
+            errors.append(verify(pick, device, operands, ref))
+            if accuracy.passes(errors[-1], bound):
+                chosen, error = pick, errors[-1]
+                break
+            say(
+                f"  {pick.plan.tile} with {pick.plan.xdtype.short} storage: error "
+                f"{errors[-1]:.3g} over the bound {bound:.3g}"
+            )
+        else:
+            error = errors[0]  # none verifies: report the fastest, failed
+    stage_us, total = time_pick(chosen, device, operands, options.timing)
+    return TileRun(chosen, stage_us, total, error, bound)
+
+
+def verify(pick: Pick, device: Device, operands: Operands, ref) -> float:
+    """Run the whole chain once on a poisoned output and return its error against ``ref``."""
+    x, w, y = operands.arrays[0]
+    device.poison(y)
+    device.backend.run(pick.plan, x, w, y, pick.prober.workspace(pick.plan), None)
+    device.synchronize()
+    return device.error(y, ref)
+
+
+def time_pick(
+    pick: Pick, device: Device, operands: Operands, timing: str
+) -> tuple[dict[Stage, float], float]:
+    """(stage times, total): staged re-times each stage alone; block times the whole chain
+    (K1 included) and keeps the selection's stage times."""
+    plan, prober = pick.plan, pick.prober
+    if timing == "staged":
+        stage_us = {stage: prober.time_stage(plan, stage, final=True) for stage in pick.stage_us}
+        return stage_us, sum(stage_us.values())
+    workspace, backend = prober.workspace(plan), device.backend
+
+    def chain(s: int) -> None:
+        x, w, y = operands.arrays[s]
+        backend.run(plan, x, w, y, workspace, None)
+
+    return dict(pick.stage_us), device.timer(final=True).time_us(chain, operands.sets)
+
+
+# Printing ------------------------------------------------------------------------------------
+def tflops(problem: Problem, time_us: float) -> float:
+    """Direct-convolution work over the time (TFLOP/s)."""
+    return problem.flops / (time_us * 1e-6) / 1e12 if time_us > 0 else 0.0
+
+
+def plan_text(pick: Pick) -> str:
+    names = " ".join(spec.name for spec in pick.specs.values())
+    return f"{pick.plan.tile} [{names}]"
+
+
+def tile_line(problem: Problem, run: TileRun) -> str:
+    check = ""
+    if run.error is not None:
+        check = f"  err {run.error:.2g} {'ok' if run.verified else 'FAIL'}"
+    return (
+        f"  {run.pick.plan.tile.name:5} {run.total_us:12.1f} us "
+        f"{tflops(problem, run.total_us):9.3f} TFLOPS{check}  {plan_text(run.pick)}"
+    )
+
+
+def direct_line(problem: Problem, direct: DirectResult) -> str:
+    check = "" if direct.error is None else f"  err {direct.error:.2g}"
+    return f"  cudnn {direct.time_us:12.1f} us {tflops(problem, direct.time_us):9.3f} TFLOPS{check}"
+
+
+# Rows ----------------------------------------------------------------------------------------
+def case_columns(problem: Problem, target: str) -> results.Row:
+    row = {
+        "target": target,
+        "case": case_key(problem),
+        "label": problem.label(),
+        "dtype": problem.dtype.short,
+    }
+    row.update({name: str(getattr(problem, name)) for name in results.SHAPE})
+    return row
+
+
+def tile_row(problem: Problem, run: TileRun, device: Device, timing: str) -> results.Row:
+    plan = run.pick.plan
+    row = case_columns(problem, device.target.value)
+    row.update(
+        engine="wino",
+        tile=plan.tile.name,
+        timing=timing,
+        xdtype=plan.xdtype.short,
+        batch_split=str(plan.batch_split),
+    )
+    for stage, spec in plan.specs.items():
+        row[stage.short] = spec.name
+    moved = stage_bytes(plan)
+    for stage, us in run.stage_us.items():
+        row[f"{stage.short}_us"] = results.fmt(us)
+        if stage is not Stage.GEMM:
+            row[f"{stage.short}_gbs"] = results.fmt(bandwidth_gbs(moved[stage], us))
+    copy, gemm = device.copy_gbs(), device.gemm_tflops(plan.xdtype, plan.accdtype)
+    bound = bound_us(plan, copy, gemm)
+    row.update(
+        total_us=results.fmt(run.total_us),
+        tflops=results.fmt(tflops(problem, run.total_us)),
+        copy_gbs=results.fmt(copy),
+        gemm_tflops=results.fmt(gemm),
+        bound_us=results.fmt(bound),
+        bound_ratio=results.fmt(bound / run.total_us),
+        error=results.fmt(run.error, 3),
+        tolerance=results.fmt(run.tolerance, 3),
+        verified="yes" if run.verified else "no",
+    )
+    return row
+
+
+def direct_row(problem: Problem, direct: DirectResult, device: Device) -> results.Row:
+    row = case_columns(problem, device.target.value)
+    bound = accuracy.tolerance(None, problem.dtype)
+    ok = direct.error is not None and accuracy.passes(direct.error, bound)
+    row.update(
+        engine="cudnn",
+        timing="block",
+        total_us=results.fmt(direct.time_us),
+        tflops=results.fmt(tflops(problem, direct.time_us)),
+        error=results.fmt(direct.error, 3),
+        tolerance=results.fmt(bound, 3),
+        verified="yes" if ok else "no",
+    )
+    return row
+
+
+def case_rows(run: CaseRun, device: Device, timing: str) -> list[results.Row]:
+    rows = [tile_row(run.problem, t, device, timing) for t in run.tiles]
+    if run.direct is not None:
+        rows.append(direct_row(run.problem, run.direct, device))
+    return results.annotate(rows)
+
+
+# Summary -------------------------------------------------------------------------------------
+def best_line(rows: list[results.Row]) -> str:
+    """``Best: <TFLOPS> TFLOPS — <case> <plan>``: the fastest wino pipeline that verified
+    (or, when nothing was checked, the fastest one, marked unverified)."""
+    best = results.best_wino(rows)
+    if best is None:
+        return "Best: 0 TFLOPS — none (no verified wino pipeline)"
+    names = " ".join(best[s] for s in ("k1", "k2a", "k2", "k4") if best.get(s))
+    tag = "" if best.get("verified") == "yes" else " (unverified)"
+    return (
+        f"Best: {float(best['tflops']):.3f} TFLOPS — {best['label']} {best['tile']} [{names}]{tag}"
+    )
+
+
+def exit_code(rows: list[results.Row]) -> int:
+    """1 when some case has wino rows and every one of them failed verification, else 0."""
+    by_case: dict[str, list[results.Row]] = {}
+    for row in rows:
+        if row.get("engine") == "wino":
+            by_case.setdefault(row["case"], []).append(row)
+    return int(any(all(results.failed(r) for r in group) for group in by_case.values()))
+
+
+def winner_line(rows: list[results.Row]) -> str | None:
+    if not rows or not rows[0].get("winner"):
+        return None
+    best = results.best_wino(rows)
+    speedup = f" ({best['speedup']}x over cuDNN)" if best and best.get("speedup") else ""
+    return f"  winner: {rows[0]['winner']}{speedup}"
+
+
+# The sweep -----------------------------------------------------------------------------------
+@dataclass
+class Sweep:
+    """A run over cases: rows (merged into the results CSV after every case), Best, exit."""
+
+    device: Device
+    options: Options
+    results_path: Path | None = None
+    skip_measured: bool = False
+    rows: list[results.Row] = field(default_factory=list)
+    runs: list[CaseRun] = field(default_factory=list)
+
+    @property
+    def engines(self) -> tuple[str, ...]:
+        return ("wino", "cudnn") if self.options.compare == "cudnn" else ("wino",)
+
+    def run(self, cases: list[Problem], progress) -> int:
+        """Measure the cases, print the Best line (last); returns the exit code."""
+        self.measure_all(cases, progress)
+        line, code = self.summary(cases)
+        print(line, flush=True)
+        return code
+
+    def measure_all(self, cases: list[Problem], progress) -> None:
+        target = self.device.target.value
+        if self.results_path is not None:
+            self.rows = results.read(self.results_path)
+        done = set()
+        if self.skip_measured:
+            done = results.measured_cases(self.rows, target, self.engines)
+        for problem in cases:
+            progress.show(problem.label())
+            if case_key(problem) in done:
+                progress.say(f"skip {problem.label()}: measured in {self.results_path}")
+            else:
+                self.measure(problem, progress.say)
+            progress.advance()
+        progress.clear()
+
+    def summary(self, cases: list[Problem]) -> tuple[str, int]:
+        """The Best line and the exit code over these cases' rows."""
+        mine = self.case_rows(cases)
+        return best_line(mine), exit_code(mine)
+
+    def measure(self, problem: Problem, say: Say) -> None:
+        run = bench_case(problem, self.device, self.options, say)
+        self.runs.append(run)
+        new = case_rows(run, self.device, self.options.timing)
+        line = winner_line(new)
+        if line:
+            say(line)
+        if self.results_path is not None:
+            self.rows = results.update(self.results_path, new)
+        else:
+            self.rows = results.annotate(results.merge(self.rows, new))
+
+    def case_rows(self, cases: list[Problem]) -> list[results.Row]:
+        """The rows (new or read back) of these cases on this target."""
+        keys = {case_key(p) for p in cases}
+        target = self.device.target.value
+        return [r for r in self.rows if r["target"] == target and r["case"] in keys]
