@@ -1,0 +1,89 @@
+"""`wino plot`: one picture per dtype from a results CSV; without matplotlib, exit 2 with the
+install hint."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from wino import cli
+from wino.bench import results
+from wino.bench.plot import INSTALL, output_paths
+
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+needs_matplotlib = pytest.mark.skipif(
+    not HAS_MATPLOTLIB, reason=f"matplotlib is not installed ({INSTALL})"
+)
+
+
+def _rows() -> list[results.Row]:
+    rows = []
+    for dtype in ("fp16", "fp32"):
+        for n, (wino_us, cudnn_us) in enumerate([(40.0, 50.0), (90.0, 60.0)]):
+            case = f"conv{dtype} -n {n + 1}"
+            base = {c: "" for c in results.COLUMNS}
+            base.update(
+                target="cuda",
+                case=case,
+                dtype=dtype,
+                label=f"{dtype} N{n + 1} C64 56x56 K64 3x3 p1x1 s1x1",
+            )
+            rows.append(
+                {
+                    **base,
+                    "engine": "wino",
+                    "tile": "F4x4",
+                    "total_us": str(wino_us),
+                    "bound_us": str(wino_us / 2),
+                    "verified": "yes",
+                    "error": "1e-3",
+                }
+            )
+            rows.append({**base, "engine": "cudnn", "total_us": str(cudnn_us)})
+    return results.annotate(rows)
+
+
+def test_one_file_per_dtype_when_several():
+    out = Path("plots/speedup.png")
+    assert output_paths(out, ["fp16"]) == {"fp16": out}
+    assert output_paths(out, ["fp16", "bf16"]) == {
+        "fp16": Path("plots/speedup_fp16.png"),
+        "bf16": Path("plots/speedup_bf16.png"),
+    }
+
+
+@needs_matplotlib
+def test_plot_writes_a_picture_per_dtype(tmp_path, capsys):
+    csv_path = results.write(tmp_path / "r.csv", _rows())
+    code = cli.main(["plot", str(csv_path), "-o", str(tmp_path / "speedup.png")])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    for dtype in ("fp16", "fp32"):
+        picture = tmp_path / f"speedup_{dtype}.png"
+        assert f"wrote {picture}" in out
+        assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@needs_matplotlib
+def test_one_dtype_writes_the_named_file(tmp_path, capsys):
+    rows = [r for r in _rows() if r["dtype"] == "fp32"]
+    csv_path = results.write(tmp_path / "r.csv", rows)
+    assert cli.main(["plot", str(csv_path), "-o", str(tmp_path / "s.png")]) == 0
+    assert (tmp_path / "s.png").is_file()
+
+
+def test_without_matplotlib_exit_2_with_the_install_hint(tmp_path, capsys, monkeypatch):
+    csv_path = results.write(tmp_path / "r.csv", _rows())
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    code = cli.main(["plot", str(csv_path), "-o", str(tmp_path / "s.png")])
+    _, err = capsys.readouterr()
+    assert code == 2 and "pip install 'wino[plot]'" in err
+
+
+def test_an_empty_csv_is_an_error(tmp_path, capsys):
+    csv_path = results.write(tmp_path / "r.csv", [])
+    assert cli.main(["plot", str(csv_path)]) == 2
+    assert "no rows" in capsys.readouterr().err
