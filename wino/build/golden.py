@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from ..specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec, Sta
 from ..vocab import DType, K2Path, Prescale, Target, Tile
 from .cache_writer import sha256_text
 from .paths import SOURCE_EXT
-from .toolchains import Toolchain, ir_command, resolve
+from .toolchains import Toolchain, compile_ir, resolve
 
 GOLDEN = config.ROOT / "tests" / "golden"
 _F16, _BF16, _F32 = DType.FP16, DType.BF16, DType.FP32
@@ -84,11 +83,7 @@ def _ir_hash(tc: Toolchain, kernel: GoldenKernel, folder: Path) -> str:
     src = folder / f"{kernel.label}.{SOURCE_EXT[tc.target]}"
     out = folder / f"{kernel.label}.{tc.arch}.ir"
     src.write_text(kernel.source(tc.target), encoding="utf-8")
-    done = subprocess.run(
-        ir_command(tc, src, kernel.spec.name, out), capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{kernel.label} for {tc.flavor}: {done.stderr}")
+    compile_ir(tc, src, kernel.spec.name, out)
     return sha256_text(out.read_text(encoding="utf-8"))
 
 

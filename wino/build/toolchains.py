@@ -33,6 +33,9 @@ HOW_TO_GET = {
 }
 _FLAVOR_BAD = re.compile(r"[^A-Za-z0-9_.+-]")
 _VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
+#: Version of the compile commands below: bump it when they change what a binary holds (it is
+#: part of every binary's address, so the next build recompiles everything).
+RECIPE = 2
 _HIP_PROBE = 'extern "C" __attribute__((global)) void wino_probe(void) {}\n'
 
 
@@ -71,6 +74,7 @@ class Toolchain:
     def fingerprint(self) -> dict:
         """Everything about the toolchain that changes a binary (paths excluded)."""
         return {
+            "recipe": RECIPE,
             "target": self.target.value,
             "identity": self.identity,
             "flags": list(self.flags),
@@ -226,18 +230,21 @@ class Compiled:
     report: dict  # registers, spills, extra (parsed from the log)
 
 
-def _run(cmd: list[str]) -> str:
-    done = subprocess.run(cmd, capture_output=True, text=True)
+def _run(cmd: list[str], src: Path) -> str:
+    """Run a compile in the source's folder, naming the source relatively: nothing the compiler
+    writes (LLVM IR's ModuleID and source_filename) depends on where the build folder is."""
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=src.parent)
     if done.returncode != 0:
         raise CompileError(
-            f"{' '.join(cmd)}\nexited {done.returncode}:\n{done.stderr}{done.stdout}"
+            f"(in {src.parent}) {' '.join(cmd)}\nexited {done.returncode}:\n"
+            f"{done.stderr}{done.stdout}"
         )
     return done.stderr
 
 
 def _compile_c(tc: Toolchain, src: Path, name: str, scratch: Path) -> Compiled:
     out = scratch / f"{name}.so"
-    log = _run([tc.path, *tc.flags, "-o", str(out), str(src)])
+    log = _run([tc.path, *tc.flags, "-o", str(out), src.name], src)
     return Compiled(out, {}, log, {"registers": None, "spills": None, "extra": {}})
 
 
@@ -246,42 +253,26 @@ def _compile_cuda(tc: Toolchain, src: Path, name: str, scratch: Path) -> Compile
     what `nvcc -ptx` writes)."""
     out, keep = scratch / f"{name}.cubin", scratch / "keep"
     keep.mkdir()
-    log = _run(
-        [
-            tc.path,
-            *tc.flags,
-            f"-arch={tc.arch}",
-            "-cubin",
-            "-keep",
-            f"-keep-dir={keep}",
-            "-o",
-            str(out),
-            str(src),
-        ]
-    )
+    cmd = [tc.path, *tc.flags, f"-arch={tc.arch}", "-cubin", "-keep", f"-keep-dir={keep}"]
+    log = _run([*cmd, "-o", str(out), src.name], src)
     return Compiled(out, {"ptx": keep / f"{src.stem}.ptx"}, log, parse_ptxas(log))
 
 
+def _hip_base(tc: Toolchain, name: str) -> list[str]:
+    """clang's HIP device-only command; -cuid fixed to the kernel name, so that the IR does not
+    depend on the source path."""
+    return [tc.path, *tc.flags, f"--offload-arch={tc.arch}", f"-cuid={name}"]
+
+
 def _compile_hip(tc: Toolchain, src: Path, name: str, scratch: Path) -> Compiled:
-    """LLVM IR (-S -emit-llvm) and, with lld, the code object; -cuid fixed to the kernel name
-    so that the IR does not depend on the source path."""
-    base = [tc.path, *tc.flags, f"--offload-arch={tc.arch}", f"-cuid={name}"]
+    """LLVM IR (-S -emit-llvm) and, with lld, the code object (its resource usage as extra)."""
     ll = scratch / f"{name}.ll"
-    log = _run([*base, "-S", "-emit-llvm", "-o", str(ll), str(src)])
+    log = _run([*_hip_base(tc, name), "-S", "-emit-llvm", "-o", str(ll), src.name], src)
     if not tc.code_object:
         return Compiled(ll, {}, log, {"registers": None, "spills": None, "extra": {}})
     out = scratch / f"{name}.hsaco"
-    log += _run(
-        [
-            *base,
-            "--no-gpu-bundle-output",
-            "-c",
-            "-Rpass-analysis=kernel-resource-usage",
-            "-o",
-            str(out),
-            str(src),
-        ]
-    )
+    flags = ["--no-gpu-bundle-output", "-c", "-Rpass-analysis=kernel-resource-usage"]
+    log += _run([*_hip_base(tc, name), *flags, "-o", str(out), src.name], src)
     return Compiled(out, {"ll": ll}, log, parse_hip_resources(log))
 
 
@@ -293,23 +284,15 @@ def compile_source(tc: Toolchain, src: Path, name: str, scratch: Path) -> Compil
     return _COMPILERS[tc.target](tc, src, name, scratch)
 
 
-def ir_command(tc: Toolchain, src: Path, name: str, out: Path) -> list[str]:
-    """The command writing the portable IR only (PTX for cuda, LLVM IR for hip): golden hashes."""
+def compile_ir(tc: Toolchain, src: Path, name: str, out: Path) -> None:
+    """Write the portable IR only (PTX for cuda, LLVM IR for hip): the golden hashes."""
     if tc.target is Target.CUDA:
-        return [tc.path, *tc.flags, f"-arch={tc.arch}", "-ptx", "-o", str(out), str(src)]
-    if tc.target is Target.HIP:
-        return [
-            tc.path,
-            *tc.flags,
-            f"--offload-arch={tc.arch}",
-            f"-cuid={name}",
-            "-S",
-            "-emit-llvm",
-            "-o",
-            str(out),
-            str(src),
-        ]
-    raise ValueError(f"target {tc.target.value} has no IR")
+        cmd = [tc.path, *tc.flags, f"-arch={tc.arch}", "-ptx"]
+    elif tc.target is Target.HIP:
+        cmd = [*_hip_base(tc, name), "-S", "-emit-llvm"]
+    else:
+        raise ValueError(f"target {tc.target.value} has no IR")
+    _run([*cmd, "-o", str(out), src.name], src)
 
 
 # Reports -----------------------------------------------------------------------------------------
