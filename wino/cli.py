@@ -285,12 +285,41 @@ def _refused_section() -> list[str]:
     return ["## Refused grid points", "", intro, ""] + _table(["rule", "specs"], rows)
 
 
+# `wino run` ----------------------------------------------------------------------------------
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--miopen-cmd", action="append", default=[], metavar="LINE",
+                        help='a MIOpenDriver line, e.g. "convfp16 -n 2 -c 64 -H 14 -W 14 -k 64 '
+                        '-y 3 -x 3 -p 1 -q 1" (repeatable)')
+    parser.add_argument("--miopen-file", action="append", default=[], metavar="FILE",
+                        help="a file of MIOpenDriver lines, '#' comments (repeatable)")
+    parser.add_argument("--target", choices=["c", "cuda"],
+                        help="where to run (default: cuda when CuPy sees a GPU, else c)")
+    parser.add_argument("--tile", help="force a tile, e.g. F4x4 (default: the tuning DB, "
+                        "then the default pick)")
+    parser.add_argument("--cache-root", type=Path, metavar="DIR",
+                        help="the build folder holding cache/v<FORMAT>/ (default: build/)")
+    parser.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="timed runs per case after the verifying run (default 5)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .runtime.verify import cmd_run  # numpy and the runtime: only when `run` runs
+
+    return cmd_run(args)
+
+
 # The command line -----------------------------------------------------------------------------
 COMMANDS: dict[str, Command] = {
     "grid": Command(
         "list the AOT grid, its refusals, a problem's pick or the support matrix",
         _grid_arguments,
         _grid,
+    ),
+    "run": Command(
+        "verify problems against the float64 reference (error vs bound, PASS/FAIL) and time them",
+        _run_arguments,
+        _run,
     ),
     "bench": Command(
         "time each case's pipelines (binaries picked by timing), verify, compare with cuDNN",
