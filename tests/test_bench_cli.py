@@ -24,7 +24,7 @@ SMALL = "conv -n 2 -c 8 -H 10 -W 10 -k 8 -p 1 -q 1"
 OTHER = "conv -n 1 -c 16 -H 7 -W 9 -k 8 -p 1 -q 0"
 SMALL_TILES = (Tile(2, 2), Tile(4, 4))
 BEST = re.compile(
-    r"^Best: \d+\.\d{3} TFLOPS — .+ F\dx\d \[k1_\S+ (k2a_\S+ )?k2_\S+ k4_\S+\]"
+    r"^Best: \d[\d.e+-]* TFLOPS — .+ F\dx\d \[k1_\S+ (k2a_\S+ )?k2_\S+ k4_\S+\]"
     r"( \(unverified\))?$"
 )
 

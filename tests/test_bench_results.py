@@ -111,7 +111,7 @@ def test_failed_rows_neither_win_nor_count_as_best():
     assert results.best_wino(rows)["tile"] == "F4x4"
 
 
-BEST = re.compile(r"^Best: (\d+\.\d+) TFLOPS — (.+) (F\dx\d) \[(.+)\]( \(unverified\))?$")
+BEST = re.compile(r"^Best: (\d[\d.e+-]*) TFLOPS — (.+) (F\dx\d) \[(.+)\]( \(unverified\))?$")
 
 
 def test_best_line_prefers_verified_pipelines():

@@ -1,6 +1,7 @@
 """``wino plot out.csv -o speedup.png``: per dtype, one picture with two panels per layer: the
-speedup of the best wino pipeline over cuDNN, and its time against its roofline bound (and
-cuDNN's time). matplotlib is optional (``pip install 'wino[plot]'``) and imported here only."""
+speedup of the best wino pipeline over cuDNN, and the times of both against the wino
+pipeline's roofline bound. matplotlib is optional (``pip install 'wino[plot]'``) and is
+imported here only."""
 
 from __future__ import annotations
 
@@ -53,30 +54,39 @@ def _time(row, column: str = "total_us"):
     return results.num(row, column) if row is not None else None
 
 
+def _ratio(a, b) -> float:
+    return a / b if a and b else 0.0
+
+
 def figure(plt, dtype: str, data: list[dict]):
-    names = [d["label"] for d in data]
-    xs = range(len(data))
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(6.0, 0.8 * len(data) + 2), 8), sharex=True)
-    speedups = [(_time(d["cudnn"]) or 0) / (_time(d["wino"]) or float("inf")) for d in data]
+    """Top: cuDNN time / wino time per layer (1 = parity). Bottom: each engine's time over the
+    wino pipeline's roofline bound (1 = at the bound), the wino time written on its bar."""
+    xs = list(range(len(data)))
+    size = (max(6.0, 0.8 * len(data) + 2), 8)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=size, sharex=True)
+    speedups = [_ratio(_time(d["cudnn"]), _time(d["wino"])) for d in data]
     top.bar(xs, speedups, color=["tab:green" if s >= 1 else "tab:red" for s in speedups])
     top.axhline(1.0, color="black", linewidth=0.8)
     top.set_ylabel("speedup over cuDNN (x)")
-    top.set_title(f"wino vs cuDNN, {dtype}")
-    width = 0.27
-    series = (
-        ("wino", lambda d: _time(d["wino"])),
-        ("roofline bound", lambda d: _time(d["wino"], "bound_us")),
-        ("cuDNN", lambda d: _time(d["cudnn"])),
-    )
-    for i, (name, value) in enumerate(series):
-        bottom.bar(
-            [x + (i - 1) * width for x in xs], [value(d) or 0 for d in data], width, label=name
+    top.set_title(f"wino (best verified pipeline) vs cuDNN, {dtype}")
+    width = 0.4
+    for i, engine in enumerate(("wino", "cudnn")):
+        ratios = [_ratio(_time(d[engine]), _time(d["wino"], "bound_us")) for d in data]
+        bars = bottom.bar(
+            [x + (i - 0.5) * width for x in xs],
+            ratios,
+            width,
+            label=f"{'cuDNN' if engine == 'cudnn' else 'wino'} time / bound",
         )
-    bottom.set_yscale("log")
-    bottom.set_ylabel("time (us)")
+        if engine == "wino":
+            labels = [f"{_time(d['wino']) or 0:.0f} us" for d in data]
+            bottom.bar_label(bars, labels=labels, fontsize=7, rotation=90, padding=2)
+    bottom.axhline(1.0, color="black", linewidth=0.8)
+    bottom.margins(y=0.2)
+    bottom.set_ylabel("time / roofline bound (x)")
     bottom.legend()
-    bottom.set_xticks(list(xs))
-    bottom.set_xticklabels(names, rotation=45, ha="right", fontsize=8)
+    bottom.set_xticks(xs)
+    bottom.set_xticklabels([d["label"] for d in data], rotation=45, ha="right", fontsize=8)
     fig.tight_layout()
     return fig
 

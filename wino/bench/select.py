@@ -43,6 +43,10 @@ class Prober:
             self._bytes = plan.workspace_bytes
         return self._workspace
 
+    def release(self) -> None:
+        """Drop the workspace (a tile's measurements are done; the plans stay)."""
+        self._workspace, self._bytes = None, -1
+
     def time_stage(self, plan: Plan, stage: Stage, final: bool = False) -> float:
         backend, ws = self.device.backend, self.workspace(plan)
         stages.load(plan, backend)

@@ -141,6 +141,8 @@ def bench_tile(
         else:
             error = errors[0]  # none verifies: report the fastest, failed
     stage_us, total = time_pick(chosen, device, operands, options.timing)
+    for pick in picks:  # the plans stay; the workspaces go
+        pick.prober.release()
     return TileRun(chosen, stage_us, total, error, bound)
 
 
@@ -223,14 +225,14 @@ def tile_row(problem: Problem, run: TileRun, device: Device, timing: str) -> res
         row[stage.short] = spec.name
     moved = stage_bytes(plan)
     for stage, us in run.stage_us.items():
-        row[f"{stage.short}_us"] = results.fmt(us)
+        row[f"{stage.short}_us"] = results.fmt(us, 6)
         if stage is not Stage.GEMM:
             row[f"{stage.short}_gbs"] = results.fmt(bandwidth_gbs(moved[stage], us))
     copy, gemm = device.copy_gbs(), device.gemm_tflops(plan.xdtype, plan.accdtype)
     bound = bound_us(plan, copy, gemm)
     row.update(
-        total_us=results.fmt(run.total_us),
-        tflops=results.fmt(tflops(problem, run.total_us)),
+        total_us=results.fmt(run.total_us, 6),
+        tflops=results.fmt(tflops(problem, run.total_us), 6),
         copy_gbs=results.fmt(copy),
         gemm_tflops=results.fmt(gemm),
         bound_us=results.fmt(bound),
@@ -249,8 +251,8 @@ def direct_row(problem: Problem, direct: DirectResult, device: Device) -> result
     row.update(
         engine="cudnn",
         timing="block",
-        total_us=results.fmt(direct.time_us),
-        tflops=results.fmt(tflops(problem, direct.time_us)),
+        total_us=results.fmt(direct.time_us, 6),
+        tflops=results.fmt(tflops(problem, direct.time_us), 6),
         error=results.fmt(direct.error, 3),
         tolerance=results.fmt(bound, 3),
         verified="yes" if ok else "no",
@@ -275,7 +277,7 @@ def best_line(rows: list[results.Row]) -> str:
     names = " ".join(best[s] for s in ("k1", "k2a", "k2", "k4") if best.get(s))
     tag = "" if best.get("verified") == "yes" else " (unverified)"
     return (
-        f"Best: {float(best['tflops']):.3f} TFLOPS — {best['label']} {best['tile']} [{names}]{tag}"
+        f"Best: {float(best['tflops']):.4g} TFLOPS — {best['label']} {best['tile']} [{names}]{tag}"
     )
 
 
@@ -292,8 +294,12 @@ def winner_line(rows: list[results.Row]) -> str | None:
     if not rows or not rows[0].get("winner"):
         return None
     best = results.best_wino(rows)
-    speedup = f" ({best['speedup']}x over cuDNN)" if best and best.get("speedup") else ""
-    return f"  winner: {rows[0]['winner']}{speedup}"
+    if best is None or not best.get("speedup"):
+        return f"  winner: {rows[0]['winner']}"
+    return (
+        f"  winner: {rows[0]['winner']} (best wino, {best['tile']}: "
+        f"{float(best['speedup']):.3g}x cuDNN's speed)"
+    )
 
 
 # The sweep -----------------------------------------------------------------------------------
