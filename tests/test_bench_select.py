@@ -172,3 +172,14 @@ def test_assemble_drops_k2a_with_an_unsplit_k2():
 def test_fastest_keeps_the_first_on_ties():
     assert fastest(["a", "b", "c"], {"a": 2, "b": 1, "c": 1}.get) == ("b", 1)
     assert fastest([], len) == (None, math.inf)
+
+
+@pytest.mark.parametrize("dtype", list(DType))
+def test_three_channel_inputs_have_candidates(dtype):
+    """VGG-16's first layer (C = 3): wide-vector specs are refused, not crashed on."""
+    problem = replace(SMALL, C=3, dtype=dtype)
+    for tile in TILES:
+        found = cands.families(problem, tile)
+        assert found, tile
+        for family in found:
+            assert all(spec.vec == 1 for spec in family.by_stage[Stage.INPUT])

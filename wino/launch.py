@@ -171,7 +171,7 @@ def _k1(spec, problem, tg, lanes, base):
 
 
 def _k2a(spec, problem, tg, lanes, base):
-    span = min(lanes, spec.block)
+    span = max(min(lanes, spec.block), 1)  # lanes is 0 when vec > C: the fit rules refuse it
     slots = spec.block // span
     return ((_ceil_div(tg.P, slots), 1, 1), (spec.block, 1, 1), 0), {"span": span, "slots": slots}
 
