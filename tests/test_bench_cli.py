@@ -246,3 +246,23 @@ def test_progress_bar_on_request(capsys, root):
 def test_usage_errors(capsys, root, argv, message):
     code, _, err = _bench(capsys, root, *argv)
     assert code == 2 and message in err
+
+
+def test_a_broken_case_is_reported_and_the_sweep_goes_on(capsys, root, monkeypatch):
+    from wino.bench import sweep
+
+    real = sweep.bench_case
+
+    def flaky(problem, *args):
+        if problem.N == 1:
+            raise RuntimeError("boom")
+        return real(problem, *args)
+
+    monkeypatch.setattr(sweep, "bench_case", flaky)
+    code, out, err = _bench(
+        capsys, root, "--miopen-cmd", OTHER, "--miopen-cmd", SMALL, "--tile", "F2x2"
+    )
+    assert code == 1
+    assert "error fp32 N1 C16 7x9 K8" in out and "RuntimeError: boom" in out
+    assert "Traceback" in err
+    assert "case fp32 N2 C8 10x10" in out and BEST.match(out.splitlines()[-1])

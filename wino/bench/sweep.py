@@ -8,6 +8,7 @@ Per tile, each transformed-dtype family gets its pick; the picks are tried faste
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -313,6 +314,7 @@ class Sweep:
     skip_measured: bool = False
     rows: list[results.Row] = field(default_factory=list)
     runs: list[CaseRun] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # cases that broke (the sweep went on)
 
     @property
     def engines(self) -> tuple[str, ...]:
@@ -337,14 +339,24 @@ class Sweep:
             if case_key(problem) in done:
                 progress.say(f"skip {problem.label()}: measured in {self.results_path}")
             else:
-                self.measure(problem, progress.say)
+                self.measure_or_report(problem, progress.say)
             progress.advance()
         progress.clear()
 
     def summary(self, cases: list[Problem]) -> tuple[str, int]:
         """The Best line and the exit code over these cases' rows."""
         mine = self.case_rows(cases)
-        return best_line(mine), exit_code(mine)
+        return best_line(mine), max(exit_code(mine), int(bool(self.errors)))
+
+    def measure_or_report(self, problem: Problem, say: Say) -> None:
+        """Measure one case; an unexpected error is reported (traceback on stderr), the sweep
+        goes on with the next case and the exit code becomes 1."""
+        try:
+            self.measure(problem, say)
+        except Exception as err:  # noqa: BLE001 - one broken case must not end a long sweep
+            traceback.print_exc()
+            self.errors.append(problem.label())
+            say(f"error {problem.label()}: {type(err).__name__}: {err}")
 
     def measure(self, problem: Problem, say: Say) -> None:
         run = bench_case(problem, self.device, self.options, say)
