@@ -207,9 +207,10 @@ def lds_specs() -> list[RtInputSpec]:
 
 #: Every LDS spec of the grid, over problems that leave a partial channel chunk (C/G not a
 #: multiple of lanes x vec = 64), a partial region (tiles per row not a multiple of the width),
-#: groups and dilation.
+#: groups, dilation in both dimensions, and an image smaller than one tile.
 LDS_SHAPES = [dict(C=80, H=11, W=26, K=16), dict(C=64, H=9, W=13, K=32, groups=2),
-              dict(N=2, C=12, H=14, W=15, K=8, dil_h=2, dil_w=1, pad_h=2)]
+              dict(N=2, C=12, H=14, W=15, K=8, dil_h=2, dil_w=3, pad_h=2, pad_w=3),
+              dict(N=2, C=16, H=3, W=2, K=8, pad_h=1, pad_w=1)]
 
 
 def forced_cases() -> list[Case]:
