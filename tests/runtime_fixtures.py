@@ -7,7 +7,7 @@ Every case is declared here, up front, so that one compile pass covers the whole
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +17,7 @@ from wino.launch import default_stage_specs
 from wino.problem import Problem
 from wino.runtime.arrays import numpy_dtype
 from wino.runtime.plan import default_tile
-from wino.specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec, StageSpec
+from wino.specs import RtInputSpec, RtPrescaleSpec, StageSpec
 from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Tile
 
 DTYPES = (DType.FP32, DType.FP16, DType.BF16)
@@ -50,7 +50,6 @@ class Case:
     tile: Tile
     forced: tuple[StageSpec, ...] = ()
     label: str = ""
-    options: tuple[tuple[str, int], ...] = field(default=())  # extra dispatch options
 
     @property
     def specs(self) -> dict[Stage, StageSpec]:
@@ -322,5 +321,3 @@ def expected_buffers(plan) -> set[str]:
         names.add("ts")
     return names
 
-
-__all__ = ["DTYPES", "Case", "RtFilterSpec", "RtOutputSpec", "host_cache", "issue_bound"]

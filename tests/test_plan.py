@@ -11,7 +11,7 @@ import pytest
 
 from tests import runtime_fixtures as rf
 from wino.grid import aot_stage_specs
-from wino.launch import KERNARG_MAGICS, kernarg_kind, kernarg_names
+from wino.launch import KERNARG_MAGICS, default_stage_specs, kernarg_kind, kernarg_names
 from wino.magic import magic_apply, magic_div
 from wino.problem import Problem
 from wino.refusals import Refused
@@ -285,9 +285,7 @@ def test_tuning_db_in_the_cache_root_picks_tile_and_specs(tmp_path):
 
     case = next(c for c in rf.forced_cases() if c.label == "split")
     p = case.problem
-    defaults = {**{s.stage: s for s in rf.pipeline(p, rf.default_stage_specs(
-        p, Tile(2, 2))[Stage.INPUT])}}
-    host_cache.build([*case.forced, *defaults.values()], tmp_path)
+    host_cache.build([*case.forced, *default_stage_specs(p, Tile(2, 2)).values()], tmp_path)
     assert dispatch(p, target="c", cache_root=tmp_path, tile="F2x2").source == "default pick"
     tuning.record(p, Target.C, case.tile, case.specs, 12.5, tmp_path)
     plan = dispatch(p, target="c", cache_root=tmp_path)  # tile from the DB
