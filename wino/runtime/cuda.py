@@ -51,7 +51,12 @@ def device_view(array: Any, dtype: DType):
         raise TypeError(
             f"the cuda target takes CuPy arrays or torch CUDA tensors, got {type(array).__name__}"
         )
-    return cupy.ascontiguousarray(array).view(_RAW[dtype.itemsize])
+    if not array.flags.c_contiguous:
+        raise ValueError(
+            "CuPy arrays must be C-contiguous (NHWC / KRSC): outputs written to a "
+            "temporary copy would be lost; pass cupy.ascontiguousarray(a)"
+        )
+    return array.view(_RAW[dtype.itemsize])
 
 
 class CudaBackend:
@@ -114,8 +119,11 @@ class CudaBackend:
                 y = torch.empty((p.N, p.Ho, p.Wo, p.K), dtype=x.dtype, device=x.device)
             else:
                 y = cupy.empty((p.N, p.Ho, p.Wo, p.K), dtype=x.dtype)
-        elif dtype_of(y) is not p.dtype:
-            raise ValueError(f"y: expected dtype {p.dtype.short}, got {y.dtype}")
+        elif dtype_of(y) is not p.dtype or tuple(y.shape) != (p.N, p.Ho, p.Wo, p.K):
+            raise ValueError(
+                f"y: expected shape {(p.N, p.Ho, p.Wo, p.K)} and dtype "
+                f"{p.dtype.short}, got {tuple(y.shape)} {y.dtype}"
+            )
         xv, yv = device_view(x, p.dtype), device_view(y, p.dtype)
         if workspace is None:
             workspace = cupy.empty(plan.workspace_bytes, dtype=cupy.uint8)
