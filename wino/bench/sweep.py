@@ -24,7 +24,6 @@ from .device import Device, Operands
 from .roofline import bandwidth_gbs, bound_us, stage_bytes
 from .select import Pick, Prober, select
 
-TIMINGS = ("block", "staged")
 Say = Callable[[str], None]
 
 
@@ -122,6 +121,7 @@ def bench_tile(
     options: Options,
     say: Say,
 ) -> TileRun | None:
+    """The tile's pipeline: each family's pick, the fastest that verifies, its times."""
     picks = [select(c, Prober(device, problem, operands, options.cache_root)) for c in found]
     picks = sorted((p for p in picks if p is not None), key=lambda p: p.staged_us)
     if not picks:
@@ -129,22 +129,27 @@ def bench_tile(
     bound = accuracy.tolerance(picks[0].plan.tile, problem.dtype)
     chosen, error = picks[0], None
     if ref is not None:
-        errors = []
-        for pick in picks:
-            errors.append(verify(pick, device, operands, ref))
-            if accuracy.passes(errors[-1], bound):
-                chosen, error = pick, errors[-1]
-                break
-            say(
-                f"  {pick.plan.tile} with {pick.plan.xdtype.short} storage: error "
-                f"{errors[-1]:.3g} over the bound {bound:.3g}"
-            )
-        else:
-            error = errors[0]  # none verifies: report the fastest, failed
+        chosen, error = first_verified(picks, bound, device, operands, ref, say)
     stage_us, total = time_pick(chosen, device, operands, options.timing)
     for pick in picks:  # the plans stay; the workspaces go
         pick.prober.release()
     return TileRun(chosen, stage_us, total, error, bound)
+
+
+def first_verified(
+    picks: list[Pick], bound: float, device: Device, operands: Operands, ref, say: Say
+) -> tuple[Pick, float]:
+    """The first pick within the bound and its error; the first, failed, when none is."""
+    errors = []
+    for pick in picks:
+        errors.append(verify(pick, device, operands, ref))
+        if accuracy.passes(errors[-1], bound):
+            return pick, errors[-1]
+        say(
+            f"  {pick.plan.tile} with {pick.plan.xdtype.short} storage: error "
+            f"{errors[-1]:.3g} over the bound {bound:.3g}"
+        )
+    return picks[0], errors[0]
 
 
 def verify(pick: Pick, device: Device, operands: Operands, ref) -> float:
