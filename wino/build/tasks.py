@@ -59,7 +59,8 @@ def manifest_action(
 
 # Task dicts --------------------------------------------------------------------------------------
 def _digests(binaries: Iterable[KernelBinary]) -> str:
-    return json.dumps(sorted([kb.toolchain.flavor, kb.digest] for kb in binaries))
+    """The addresses (flavor, kernel, hash16) as one config_changed string."""
+    return json.dumps(sorted([kb.toolchain.flavor, kb.name, kb.digest] for kb in binaries))
 
 
 def kernel_tasks(plan: TargetPlan, root: str | None = None) -> Iterator[dict]:
