@@ -68,6 +68,14 @@ def _grid_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument(
         "--matrix", action="store_true", help="write the Markdown support matrix (stdout, or -o)"
     )
+    mode.add_argument(
+        "--spills",
+        action="store_true",
+        help="the kernels of the built CUDA cache that spill registers (ptxas report)",
+    )
+    parser.add_argument(
+        "--cache-root", type=Path, metavar="DIR", help="with --spills: the build folder to read"
+    )
     parser.add_argument(
         "-o",
         "--output",
@@ -83,9 +91,21 @@ def _grid(args: argparse.Namespace) -> int:
         return _write_matrix(args.output)
     if args.explain:
         return _explain(args.explain)
+    if args.spills:
+        return _spills(args.cache_root)
     stages = _stages(args.stage)
     print(f"targets: {', '.join(_targets())}")
     return _list_refused(stages) if args.refused else _list_accepted(stages)
+
+
+def _spills(root: Path | None) -> int:
+    """Print the CUDA cache's spill report (`doit compile:cuda` builds the cache)."""
+    from .build.report import format_spill_report
+    from .cache import find_manifest
+    from .vocab import Target
+
+    print(format_spill_report(find_manifest(Target.CUDA, root)))
+    return 0
 
 
 def _stages(short: str | None) -> tuple[Stage, ...]:
