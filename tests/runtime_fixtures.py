@@ -25,8 +25,17 @@ DTYPES = (DType.FP32, DType.FP16, DType.BF16)
 #: max|out - ref| / max|ref| bounds the issue sets per tile family, io dtype and transformed
 #: storage (N(0,1) data). bf16 with fp16 storage is the default pick for bf16; F6x6 bf16 is
 #: ours (measured 1.6e-2 with fp16 storage, 0.11 with bf16 storage at C = 256).
-FAMILY = {"F2x2": "F2x2", "F4x2": "F4x2", "F2x4": "F4x2", "F6x2": "F4x2", "F2x6": "F4x2",
-          "F4x4": "F4x4", "F6x4": "F4x4", "F4x6": "F4x4", "F6x6": "F6x6"}
+FAMILY = {
+    "F2x2": "F2x2",
+    "F4x2": "F4x2",
+    "F2x4": "F4x2",
+    "F6x2": "F4x2",
+    "F2x6": "F4x2",
+    "F4x4": "F4x4",
+    "F6x4": "F4x4",
+    "F4x6": "F4x4",
+    "F6x6": "F6x6",
+}
 ISSUE_BOUNDS = {
     "F2x2": {"fp32": 2e-6, "fp16": 2e-3, "bf16/fp16": 1.5e-2, "bf16/bf16": 1.5e-2},
     "F4x2": {"fp32": 1e-5, "fp16": 1e-2, "bf16/fp16": 6e-2, "bf16/bf16": 6e-2},
@@ -60,8 +69,10 @@ class Case:
     @property
     def id(self) -> str:
         p = self.problem
-        text = (f"{self.tile.name}-{p.dtype.short}-n{p.N}c{p.C}k{p.K}-{p.H}x{p.W}"
-                f"-p{p.pad_h}{p.pad_w}-d{p.dil_h}{p.dil_w}-g{p.groups}")
+        text = (
+            f"{self.tile.name}-{p.dtype.short}-n{p.N}c{p.C}k{p.K}-{p.H}x{p.W}"
+            f"-p{p.pad_h}{p.pad_w}-d{p.dil_h}{p.dil_w}-g{p.groups}"
+        )
         return f"{text}-{self.label}" if self.label else text
 
     def dispatch_specs(self) -> dict[Stage, StageSpec] | None:
@@ -70,8 +81,9 @@ class Case:
 
 def problem(dtype: DType | str = DType.FP32, **fields) -> Problem:
     base = dict(N=1, C=16, H=9, W=9, K=16, pad_h=1, pad_w=1)
-    return Problem(**{**base, **fields, "dtype": DType.parse(dtype) if isinstance(dtype, str)
-                      else dtype})
+    return Problem(
+        **{**base, **fields, "dtype": DType.parse(dtype) if isinstance(dtype, str) else dtype}
+    )
 
 
 def pipeline(problem_: Problem, k2: RtInputSpec, vec: int | None = None) -> tuple[StageSpec, ...]:
@@ -142,9 +154,22 @@ def coverage_cases() -> list[Case]:
 
 
 #: Odd extents: H, W across 1..23 (outputs not a multiple of the tile, images smaller than it).
-EXTENTS = [(1, 1, 1, 1), (2, 3, 1, 1), (3, 3, 0, 1), (4, 1, 1, 1), (5, 23, 1, 0),
-           (7, 2, 1, 1), (8, 8, 1, 1), (11, 6, 0, 1), (13, 17, 1, 1), (16, 3, 1, 2),
-           (19, 21, 0, 0), (22, 9, 1, 1), (23, 23, 1, 1), (6, 14, 2, 0)]
+EXTENTS = [
+    (1, 1, 1, 1),
+    (2, 3, 1, 1),
+    (3, 3, 0, 1),
+    (4, 1, 1, 1),
+    (5, 23, 1, 0),
+    (7, 2, 1, 1),
+    (8, 8, 1, 1),
+    (11, 6, 0, 1),
+    (13, 17, 1, 1),
+    (16, 3, 1, 2),
+    (19, 21, 0, 0),
+    (22, 9, 1, 1),
+    (23, 23, 1, 1),
+    (6, 14, 2, 0),
+]
 
 
 def extent_cases() -> list[Case]:
@@ -152,8 +177,7 @@ def extent_cases() -> list[Case]:
     for i, (h, w, ph, pw) in enumerate(EXTENTS):
         for j in range(2):
             tile = _cycle(TILES, 2 * i + j)
-            p = problem(_cycle(DTYPES, i + j), C=8 + 4 * (i % 3), H=h, W=w, K=8, pad_h=ph,
-                        pad_w=pw)
+            p = problem(_cycle(DTYPES, i + j), C=8 + 4 * (i % 3), H=h, W=w, K=8, pad_h=ph, pad_w=pw)
             cases.append(Case(p, tile, label="extent"))
     return cases
 
@@ -186,18 +210,21 @@ def wide_cases() -> list[Case]:
     for i, (c, tile, *_rest) in enumerate(WIDE):
         dtype = (DType.FP16, DType.BF16)[i % 2]
         side = 6 if c < 1024 else 3
-        cases.append(Case(problem(dtype, C=c, H=side, W=side + 1, K=8), Tile.parse(tile),
-                          label=f"wide{c}"))
+        cases.append(
+            Case(problem(dtype, C=c, H=side, W=side + 1, K=8), Tile.parse(tile), label=f"wide{c}")
+        )
     for c in (256, 2048, 4096):  # fp32: no prescale at any width
-        cases.append(Case(problem(DType.FP32, C=c, H=3, W=4, K=8), Tile(4, 4),
-                          label=f"wide{c}"))
+        cases.append(Case(problem(DType.FP32, C=c, H=3, W=4, K=8), Tile(4, 4), label=f"wide{c}"))
     return cases
 
 
 def wide_mode_cases() -> list[Case]:
     """Each WIDE row at fp16, bf16 and fp32 (dispatched, not run, by the mode test)."""
-    return [Case(problem(dtype, C=c, H=3, W=4, K=8), Tile.parse(tile))
-            for c, tile, *_rest in WIDE for dtype in DTYPES]
+    return [
+        Case(problem(dtype, C=c, H=3, W=4, K=8), Tile.parse(tile))
+        for c, tile, *_rest in WIDE
+        for dtype in DTYPES
+    ]
 
 
 def lds_specs() -> list[RtInputSpec]:
@@ -207,9 +234,12 @@ def lds_specs() -> list[RtInputSpec]:
 #: Every LDS spec of the grid, over problems that leave a partial channel chunk (C/G not a
 #: multiple of lanes x vec = 64), a partial region (tiles per row not a multiple of the width),
 #: groups, dilation in both dimensions, and an image smaller than one tile.
-LDS_SHAPES = [dict(C=80, H=11, W=26, K=16), dict(C=64, H=9, W=13, K=32, groups=2),
-              dict(N=2, C=12, H=14, W=15, K=8, dil_h=2, dil_w=3, pad_h=2, pad_w=3),
-              dict(N=2, C=16, H=3, W=2, K=8, pad_h=1, pad_w=1)]
+LDS_SHAPES = [
+    dict(C=80, H=11, W=26, K=16),
+    dict(C=64, H=9, W=13, K=32, groups=2),
+    dict(N=2, C=12, H=14, W=15, K=8, dil_h=2, dil_w=3, pad_h=2, pad_w=3),
+    dict(N=2, C=16, H=3, W=2, K=8, pad_h=1, pad_w=1),
+]
 
 
 def forced_cases() -> list[Case]:
@@ -220,28 +250,36 @@ def forced_cases() -> list[Case]:
     # vec 1 everywhere, cycling the K2 modes
     for i, tile in enumerate(TILES):
         dtype = _cycle(DTYPES, i)
-        modes = {DType.FP32: [(DType.FP32, Prescale.NONE)],
-                 DType.FP16: [(DType.FP16, Prescale.FUSED), (DType.FP16, Prescale.SPLIT)],
-                 DType.BF16: [(DType.FP16, Prescale.SPLIT), (DType.BF16, Prescale.NONE),
-                              (DType.FP16, Prescale.FUSED)]}[dtype]
+        modes = {
+            DType.FP32: [(DType.FP32, Prescale.NONE)],
+            DType.FP16: [(DType.FP16, Prescale.FUSED), (DType.FP16, Prescale.SPLIT)],
+            DType.BF16: [
+                (DType.FP16, Prescale.SPLIT),
+                (DType.BF16, Prescale.NONE),
+                (DType.FP16, Prescale.FUSED),
+            ],
+        }[dtype]
         xdtype, mode = _cycle(modes, i // 3)
         p = problem(dtype, C=24, H=11, W=10, K=16, pad_h=1, pad_w=2)
         k2 = RtInputSpec(tile, dtype, xdtype, 1, 256, K2Path.REGISTER, 0, 0, mode)
         cases.append(Case(p, tile, pipeline(p, k2, vec=1), "vec1"))
     # split prescale where the default would fuse (K2a at vec 8, K2 at vec 4 and 8)
-    for tile, dtype, vec in ((Tile(4, 4), DType.FP16, 4), (Tile(2, 2), DType.BF16, 8),
-                             (Tile(6, 2), DType.FP16, 4)):
+    for tile, dtype, vec in (
+        (Tile(4, 4), DType.FP16, 4),
+        (Tile(2, 2), DType.BF16, 8),
+        (Tile(6, 2), DType.FP16, 4),
+    ):
         p = problem(dtype, C=64, H=13, W=12, K=16)
-        k2 = RtInputSpec(tile, dtype, DType.FP16, vec, 256, K2Path.REGISTER, 0, 0,
-                         Prescale.SPLIT)
+        k2 = RtInputSpec(tile, dtype, DType.FP16, vec, 256, K2Path.REGISTER, 0, 0, Prescale.SPLIT)
         cases.append(Case(p, tile, pipeline(p, k2), "split"))
     # wide fused workgroups on narrow C: many tiles (slots) per workgroup
-    for tile, dtype, vec, block in ((Tile(2, 2), DType.FP16, 2, 1024),
-                                    (Tile(4, 4), DType.BF16, 1, 512),
-                                    (Tile(2, 4), DType.FP16, 1, 1024)):
+    for tile, dtype, vec, block in (
+        (Tile(2, 2), DType.FP16, 2, 1024),
+        (Tile(4, 4), DType.BF16, 1, 512),
+        (Tile(2, 4), DType.FP16, 1, 1024),
+    ):
         p = problem(dtype, C=40, H=10, W=9, K=8)
-        k2 = RtInputSpec(tile, dtype, DType.FP16, vec, block, K2Path.REGISTER, 0, 0,
-                         Prescale.FUSED)
+        k2 = RtInputSpec(tile, dtype, DType.FP16, vec, block, K2Path.REGISTER, 0, 0, Prescale.FUSED)
         cases.append(Case(p, tile, pipeline(p, k2), f"fused{block}"))
     return cases
 
@@ -259,8 +297,15 @@ EXTRA = [
 
 
 def all_cases() -> list[Case]:
-    return numerics_cases() + coverage_cases() + extent_cases() + wide_cases() + \
-        wide_mode_cases() + forced_cases() + EXTRA
+    return (
+        numerics_cases()
+        + coverage_cases()
+        + extent_cases()
+        + wide_cases()
+        + wide_mode_cases()
+        + forced_cases()
+        + EXTRA
+    )
 
 
 def needed_specs() -> set[StageSpec]:
@@ -311,8 +356,10 @@ def unwritten(plan, workspace: np.ndarray) -> dict[str, int]:
     """Per workspace buffer the plan uses, how many elements still hold the poison (NaN).
     Checks the largest chunk's views: the first chunk wrote all of them."""
     views = plan.backend().workspace(plan, workspace, plan.batch_split)
-    return {name: int(np.count_nonzero(~np.isfinite(view.astype(np.float32))))
-            for name, view in views.items()}
+    return {
+        name: int(np.count_nonzero(~np.isfinite(view.astype(np.float32))))
+        for name, view in views.items()
+    }
 
 
 def expected_buffers(plan) -> set[str]:
@@ -320,4 +367,3 @@ def expected_buffers(plan) -> set[str]:
     if plan.prescale is not Prescale.NONE:
         names.add("ts")
     return names
-

@@ -43,21 +43,30 @@ def test_conv2d_on_numpy(root, dtype):
 
 
 def test_bf16_is_ml_dtypes():
-    assert rf.inputs(rf.problem(DType.BF16), np.random.default_rng(0))[0].dtype == \
-        np.dtype(ml_dtypes.bfloat16)
+    assert rf.inputs(rf.problem(DType.BF16), np.random.default_rng(0))[0].dtype == np.dtype(
+        ml_dtypes.bfloat16
+    )
 
 
 @pytest.mark.parametrize("label", ["dil2x3", "g4", "pad0x2", "depthwise"])
 def test_conv2d_passes_padding_dilation_and_groups(root, label):
-    case = next(c for c in rf.coverage_cases()
-                if c.label == label and c.tile == default_tile(c.problem))
+    case = next(
+        c for c in rf.coverage_cases() if c.label == label and c.tile == default_tile(c.problem)
+    )
     p = case.problem
     x, w = _arrays(p, 2)
-    y = wino.conv2d(x, w, padding=(p.pad_h, p.pad_w), dilation=(p.dil_h, p.dil_w),
-                    groups=p.groups, cache_root=root)
+    y = wino.conv2d(
+        x,
+        w,
+        padding=(p.pad_h, p.pad_w),
+        dilation=(p.dil_h, p.dil_w),
+        groups=p.groups,
+        cache_root=root,
+    )
     ref = conv2d_reference(x, w, (p.pad_h, p.pad_w), (p.dil_h, p.dil_w), p.groups)
-    assert relative_error(y, ref) <= rf.issue_bound(case.tile, p.dtype, case.specs[
-        wino.Stage.INPUT].xdtype)
+    assert relative_error(y, ref) <= rf.issue_bound(
+        case.tile, p.dtype, case.specs[wino.Stage.INPUT].xdtype
+    )
 
 
 def test_conv2d_tile_and_dispatch_options(root):
@@ -78,12 +87,15 @@ def test_conv2d_accepts_numpy_integers(root):
     assert problem_of(x, w, np.int64(1), (np.int32(1), 1)) == p
 
 
-@pytest.mark.parametrize("w_shape, stride, rule", [
-    ((8, 3, 3, 8), 2, "stride_not_1"),
-    ((8, 3, 3, 8), (1, 2), "stride_not_1"),
-    ((8, 1, 1, 8), 1, "not_3x3"),
-    ((8, 5, 5, 8), 1, "not_3x3"),
-])
+@pytest.mark.parametrize(
+    "w_shape, stride, rule",
+    [
+        ((8, 3, 3, 8), 2, "stride_not_1"),
+        ((8, 3, 3, 8), (1, 2), "stride_not_1"),
+        ((8, 1, 1, 8), 1, "not_3x3"),
+        ((8, 5, 5, 8), 1, "not_3x3"),
+    ],
+)
 def test_conv2d_refuses_with_the_rule(root, w_shape, stride, rule):
     x = np.zeros((1, 12, 12, 8), np.float16)
     with pytest.raises(Refused) as refused:
@@ -95,25 +107,28 @@ X = np.zeros((1, 8, 8, 4), np.float32)
 W = np.zeros((4, 3, 3, 4), np.float32)
 
 
-@pytest.mark.parametrize("x, w, kwargs, match", [
-    (X[0], W, {}, "x must be a 4-D NHWC array, got \\(8, 8, 4\\)"),
-    (X, W[0], {}, "w must be a 4-D KRSC array"),
-    (X.tolist(), W, {}, "x must be a 4-D NHWC array, got list"),
-    (X, np.zeros((4, 3, 3, 2), np.float32), {}, "w has C/G = 2 channels but x has C = 4"),
-    (X, W, {"groups": 2}, "w has C/G = 4 channels but x has C = 4 with groups = 2"),
-    (X, W, {"groups": 0}, "groups must be a positive int"),
-    (X, W.astype(np.float16), {}, "x is float32 but w is float16"),
-    (X.astype(np.float64), W, {}, "x: array dtype float64 is not supported"),
-    (X, W.astype(np.int32), {}, "w: array dtype int32 is not supported"),
-    (X, W, {"padding": "1"}, "padding must be an int or a pair of ints, got '1'"),
-    (X, W, {"padding": (1, 2, 3)}, "padding must be an int or a pair"),
-    (X, W, {"padding": 1.0}, "padding must be an int or a pair"),
-    (X, W, {"dilation": (1, True)}, "dilation must be an int or a pair"),
-    (X, W, {"stride": None}, "stride must be an int or a pair"),
-    (X, W, {"padding": -1}, "pad_h: must be >= 0"),
-    (X, W, {"dilation": 0}, "dil_h: must be >= 1"),
-    (X, W, {"padding": 0, "dilation": 4}, "output extent .* is empty"),
-])
+@pytest.mark.parametrize(
+    "x, w, kwargs, match",
+    [
+        (X[0], W, {}, "x must be a 4-D NHWC array, got \\(8, 8, 4\\)"),
+        (X, W[0], {}, "w must be a 4-D KRSC array"),
+        (X.tolist(), W, {}, "x must be a 4-D NHWC array, got list"),
+        (X, np.zeros((4, 3, 3, 2), np.float32), {}, "w has C/G = 2 channels but x has C = 4"),
+        (X, W, {"groups": 2}, "w has C/G = 4 channels but x has C = 4 with groups = 2"),
+        (X, W, {"groups": 0}, "groups must be a positive int"),
+        (X, W.astype(np.float16), {}, "x is float32 but w is float16"),
+        (X.astype(np.float64), W, {}, "x: array dtype float64 is not supported"),
+        (X, W.astype(np.int32), {}, "w: array dtype int32 is not supported"),
+        (X, W, {"padding": "1"}, "padding must be an int or a pair of ints, got '1'"),
+        (X, W, {"padding": (1, 2, 3)}, "padding must be an int or a pair"),
+        (X, W, {"padding": 1.0}, "padding must be an int or a pair"),
+        (X, W, {"dilation": (1, True)}, "dilation must be an int or a pair"),
+        (X, W, {"stride": None}, "stride must be an int or a pair"),
+        (X, W, {"padding": -1}, "pad_h: must be >= 0"),
+        (X, W, {"dilation": 0}, "dil_h: must be >= 1"),
+        (X, W, {"padding": 0, "dilation": 4}, "output extent .* is empty"),
+    ],
+)
 def test_bad_arguments_are_value_errors_naming_them(x, w, kwargs, match):
     with pytest.raises(ValueError, match=match) as error:
         wino.conv2d(x, w, **kwargs)

@@ -80,19 +80,27 @@ def test_unknown_algorithm(root):
 # Steps -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("case", PLAN_CASES, ids=lambda c: c.id)
 def test_steps_are_the_specs_and_the_gemm(root, case):
-    plan = dispatch(case.problem, target="c", tile=case.tile, cache_root=root,
-                    specs=case.dispatch_specs())
+    plan = dispatch(
+        case.problem, target="c", tile=case.tile, cache_root=root, specs=case.dispatch_specs()
+    )
     p, specs = case.problem, case.specs
     kernels = [s for s in plan.steps if isinstance(s, KernelStep)]
     assert [s.name for s in kernels] == [spec.name for spec in specs.values()]
     assert [s.stage for s in kernels] == list(specs)
     order = [s.stage for s in plan.steps]
-    assert order == [st for st in (Stage.FILTER, Stage.PRESCALE, Stage.INPUT, Stage.GEMM,
-                                   Stage.OUTPUT) if st in specs or st is Stage.GEMM]
+    assert order == [
+        st
+        for st in (Stage.FILTER, Stage.PRESCALE, Stage.INPUT, Stage.GEMM, Stage.OUTPUT)
+        if st in specs or st is Stage.GEMM
+    ]
     (gemm,) = [s for s in plan.steps if isinstance(s, GemmStep)]
     tile = case.tile
-    assert (gemm.batch, gemm.m, gemm.n, gemm.k) == (tile.bins * p.groups, _tiles(p, tile),
-                                                    p.K // p.groups, p.C // p.groups)
+    assert (gemm.batch, gemm.m, gemm.n, gemm.k) == (
+        tile.bins * p.groups,
+        _tiles(p, tile),
+        p.K // p.groups,
+        p.C // p.groups,
+    )
     assert gemm.xdtype is specs[Stage.INPUT].xdtype and gemm.accdtype is DType.FP32
     assert gemm.flops == 2 * gemm.batch * gemm.m * gemm.n * gemm.k
     assert plan.prescale is specs[Stage.INPUT].prescale
@@ -100,8 +108,9 @@ def test_steps_are_the_specs_and_the_gemm(root, case):
 
 @pytest.mark.parametrize("case", PLAN_CASES, ids=lambda c: c.id)
 def test_kernargs_extents_and_magic_pairs(root, case):
-    plan = dispatch(case.problem, target="c", tile=case.tile, cache_root=root,
-                    specs=case.dispatch_specs())
+    plan = dispatch(
+        case.problem, target="c", tile=case.tile, cache_root=root, specs=case.dispatch_specs()
+    )
     p, tile = case.problem, case.tile
     P = _tiles(p, tile)
     tw = p.dil_w * math.ceil(math.ceil(p.Wo / p.dil_w) / tile.mw)  # tile columns per image
@@ -143,26 +152,31 @@ def test_kernargs_extents_and_magic_pairs(root, case):
         elif kind == "k2_lds":
             assert args["CH"] == math.ceil(p.Cg / (spec.lds_lanes * spec.vec))
             assert args["RW"] == math.ceil(args["twp"] / spec.lds_width)
-            assert step.launch.grid[:2] == (p.N * th * p.dil_w * args["RW"],
-                                            p.groups * args["CH"])
+            assert step.launch.grid[:2] == (p.N * th * p.dil_w * args["RW"], p.groups * args["CH"])
             assert step.launch.shared_bytes > 0
 
 
 @pytest.mark.parametrize("case", PLAN_CASES, ids=lambda c: c.id)
 def test_workspace_bytes_is_the_sum_of_aligned_buffers(root, case):
-    plan = dispatch(case.problem, target="c", tile=case.tile, cache_root=root,
-                    specs=case.dispatch_specs())
+    plan = dispatch(
+        case.problem, target="c", tile=case.tile, cache_root=root, specs=case.dispatch_specs()
+    )
     p, tile = case.problem, case.tile
     x = plan.xdtype.itemsize
     P = _tiles(p.with_batch(plan.batch_split), tile)
-    sizes = {"U": tile.bins * p.K * p.Cg * x, "fs": p.K * 4,
-             "V": tile.bins * p.groups * P * p.Cg * x, "M": tile.bins * p.groups * P * p.Kg * 4}
+    sizes = {
+        "U": tile.bins * p.K * p.Cg * x,
+        "fs": p.K * 4,
+        "V": tile.bins * p.groups * P * p.Cg * x,
+        "M": tile.bins * p.groups * P * p.Kg * 4,
+    }
     if plan.prescale is not Prescale.NONE:
         sizes["ts"] = P * 4
     assert set(plan.layout()) == set(sizes)
     assert plan.workspace_bytes == sum(-(-b // 256) * 256 for b in sizes.values())
-    views = plan.backend().workspace(plan, np.zeros(plan.workspace_bytes, np.uint8),
-                                     plan.batch_split)
+    views = plan.backend().workspace(
+        plan, np.zeros(plan.workspace_bytes, np.uint8), plan.batch_split
+    )
     assert {k: v.nbytes for k, v in views.items()} == sizes
 
 
@@ -197,8 +211,10 @@ def test_batch_split_not_a_positive_integer_is_refused(root, split):
 def test_workspace_limit_forces_a_smaller_split(root):
     case = next(c for c in rf.EXTRA if c.problem.N == 7)
     p, tile = case.problem, case.tile
-    per = {n: dispatch(p, target="c", tile=tile, cache_root=root, batch_split=n).workspace_bytes
-           for n in (1, 2, 3)}
+    per = {
+        n: dispatch(p, target="c", tile=tile, cache_root=root, batch_split=n).workspace_bytes
+        for n in (1, 2, 3)
+    }
     assert per[1] < per[2] < per[3]
     plan = dispatch(p, target="c", tile=tile, cache_root=root, workspace_limit=per[3] - 1)
     assert plan.batch_split == 2 and plan.chunks == [(0, 2), (2, 2), (4, 2), (6, 1)]
@@ -209,16 +225,18 @@ def test_workspace_limit_forces_a_smaller_split(root):
         dispatch(p, target="c", tile=tile, cache_root=root, workspace_limit=per[1] - 1)
     assert refused.value.rule == "workspace_over_limit"
     with pytest.raises(Refused, match="workspace_over_limit"):  # an explicit split too big
-        dispatch(p, target="c", tile=tile, cache_root=root, batch_split=3,
-                 workspace_limit=per[2])
+        dispatch(p, target="c", tile=tile, cache_root=root, batch_split=3, workspace_limit=per[2])
 
 
 # Cache -----------------------------------------------------------------------------------------
 def test_missing_kernel_names_it_and_the_build_command(root):
     built = set(rf.needed_specs())
     p = rf.problem(DType.FP16, C=64, H=9, W=9, K=16)
-    k2 = next(s for s in aot_stage_specs(Stage.INPUT)
-              if s not in built and s.io is DType.FP16 and s.path.value == "reg")
+    k2 = next(
+        s
+        for s in aot_stage_specs(Stage.INPUT)
+        if s not in built and s.io is DType.FP16 and s.path.value == "reg"
+    )
     specs = rf.pipeline(p, k2)
     missing = next(s for s in specs if s not in built)
     with pytest.raises(KeyError) as error:
@@ -245,8 +263,7 @@ def test_caller_specs_set_the_tile(root):
     from wino.runtime import conv2d_reference, relative_error
 
     ref = conv2d_reference(x, w, (1, 1))
-    assert relative_error(plan.run(x, w), ref) <= rf.issue_bound(plan.tile, tiny.dtype,
-                                                                 plan.xdtype)
+    assert relative_error(plan.run(x, w), ref) <= rf.issue_bound(plan.tile, tiny.dtype, plan.xdtype)
 
 
 def test_caller_specs_are_put_in_pipeline_order(root):
@@ -292,7 +309,8 @@ def test_tuning_db_in_the_cache_root_picks_tile_and_specs(tmp_path):
     assert plan.source == "tuning DB" and plan.tile == case.tile
     assert list(plan.specs) == [Stage.FILTER, Stage.PRESCALE, Stage.INPUT, Stage.OUTPUT]
     assert [s.name for s in plan.steps if isinstance(s, KernelStep)] == [
-        s.name for s in case.forced]
+        s.name for s in case.forced
+    ]
     x, w = rf.inputs(p, np.random.default_rng(3))
     from wino.runtime import conv2d_reference, relative_error
 
@@ -303,14 +321,17 @@ def test_tuning_db_in_the_cache_root_picks_tile_and_specs(tmp_path):
 
 
 # Refusals --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("fields, rule", [
-    (dict(stride_h=2, stride_w=2), "stride_not_1"),
-    (dict(R=1, S=1, pad_h=0, pad_w=0), "not_3x3"),
-    (dict(R=5, S=5, pad_h=2, pad_w=2), "not_3x3"),
-    (dict(C=8, K=12, groups=3), "groups_not_dividing_c"),
-    (dict(C=12, K=8, groups=3), "groups_not_dividing_k"),
-    (dict(C=4096, H=1024, W=1024), "index_past_31_bits"),
-])
+@pytest.mark.parametrize(
+    "fields, rule",
+    [
+        (dict(stride_h=2, stride_w=2), "stride_not_1"),
+        (dict(R=1, S=1, pad_h=0, pad_w=0), "not_3x3"),
+        (dict(R=5, S=5, pad_h=2, pad_w=2), "not_3x3"),
+        (dict(C=8, K=12, groups=3), "groups_not_dividing_c"),
+        (dict(C=12, K=8, groups=3), "groups_not_dividing_k"),
+        (dict(C=4096, H=1024, W=1024), "index_past_31_bits"),
+    ],
+)
 def test_refusals_carry_their_rule(root, fields, rule):
     problem = Problem(**{**dict(N=1, C=8, H=10, W=10, K=8, pad_h=1, pad_w=1), **fields})
     with pytest.raises(Refused) as refused:
@@ -323,8 +344,7 @@ def test_refusals_carry_their_rule(root, fields, rule):
 @pytest.mark.parametrize("split", [None, 2])
 def test_explain_mentions_every_step(root, split):
     case = next(c for c in rf.EXTRA if c.problem.N == 5)
-    plan = dispatch(case.problem, target="c", tile=case.tile, cache_root=root,
-                    batch_split=split)
+    plan = dispatch(case.problem, target="c", tile=case.tile, cache_root=root, batch_split=split)
     text = plan.explain()
     for steps in plan.chunk_steps.values():
         for step in steps:

@@ -32,8 +32,17 @@ BOUNDS = {
     "F4x4": {"fp32": 4e-5, "fp16": 3e-2, "bf16": 2e-2},
     "F6x6": {"fp32": 6e-5, "fp16": 4e-2, "bf16": 4e-2},
 }
-FAMILY = {"F2x2": "F2x2", "F4x2": "F4x2", "F2x4": "F4x2", "F6x2": "F4x2", "F2x6": "F4x2",
-          "F4x4": "F4x4", "F6x4": "F4x4", "F4x6": "F4x4", "F6x6": "F6x6"}
+FAMILY = {
+    "F2x2": "F2x2",
+    "F4x2": "F4x2",
+    "F2x4": "F4x2",
+    "F6x2": "F4x2",
+    "F2x6": "F4x2",
+    "F4x4": "F4x4",
+    "F6x4": "F4x4",
+    "F4x6": "F4x4",
+    "F6x6": "F6x6",
+}
 DTYPES = ("fp32", "fp16", "bf16")
 BASE = Problem(N=3, C=64, H=29, W=23, K=48, pad_h=1, pad_w=1)
 CASES = [
@@ -69,8 +78,11 @@ def _needed_specs():
 
 
 def _vec1_split():
-    return [s for s in aot_stage_specs(Stage.INPUT)
-            if s.vec == 1 and s.prescale is Prescale.SPLIT and s.path is K2Path.REGISTER]
+    return [
+        s
+        for s in aot_stage_specs(Stage.INPUT)
+        if s.vec == 1 and s.prescale is Prescale.SPLIT and s.path is K2Path.REGISTER
+    ]
 
 
 def _forced(problem: Problem, k2: RtInputSpec):
@@ -106,14 +118,19 @@ def _run(problem: Problem, root, tile=None, specs=None, **options):
     tdtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
     x = torch.from_numpy(x64).to("cuda", tdtype[problem.dtype.short])
     w = torch.from_numpy(w64).to("cuda", tdtype[problem.dtype.short])
-    y = torch.full((problem.N, problem.Ho, problem.Wo, problem.K), float("nan"),
-                   dtype=x.dtype, device="cuda")
+    y = torch.full(
+        (problem.N, problem.Ho, problem.Wo, problem.K), float("nan"), dtype=x.dtype, device="cuda"
+    )
     ws = cp.full(plan.workspace_bytes, 0xFF, dtype=cp.uint8)  # NaN in every view
     plan.run(x, w, y=y, workspace=ws)
     cp.cuda.get_current_stream().synchronize()
-    ref = conv2d_reference(x.double().cpu().numpy(), w.double().cpu().numpy(),
-                           (problem.pad_h, problem.pad_w), (problem.dil_h, problem.dil_w),
-                           problem.groups)
+    ref = conv2d_reference(
+        x.double().cpu().numpy(),
+        w.double().cpu().numpy(),
+        (problem.pad_h, problem.pad_w),
+        (problem.dil_h, problem.dil_w),
+        problem.groups,
+    )
     views = plan.backend().workspace(plan, ws, plan.chunks[-1][1])
     return plan, relative_error(y.double().cpu().numpy(), ref), views
 
@@ -124,7 +141,7 @@ def _all_written(plan, views):
     for name, view in views.items():
         data = view.view(cp.float16) if view.dtype == cp.uint16 else view
         if plan.xdtype is DType.BF16 and name in ("U", "V"):
-            data = ((view.astype(cp.uint32) & 0x7FFF) > 0x7F80)  # bf16 NaN bit pattern
+            data = (view.astype(cp.uint32) & 0x7FFF) > 0x7F80  # bf16 NaN bit pattern
             assert not bool(data.any()), f"{name} has unwritten elements"
             continue
         assert bool(cp.isfinite(data).all()), f"{name} has unwritten elements"

@@ -29,8 +29,14 @@ def _rng(text: str) -> np.random.Generator:
 
 
 def _dispatch(case: rf.Case, root, **options):
-    return dispatch(case.problem, target="c", tile=case.tile, cache_root=root,
-                    specs=case.dispatch_specs(), **options)
+    return dispatch(
+        case.problem,
+        target="c",
+        tile=case.tile,
+        cache_root=root,
+        specs=case.dispatch_specs(),
+        **options,
+    )
 
 
 def run_checked(case: rf.Case, root, **options):
@@ -43,7 +49,8 @@ def run_checked(case: rf.Case, root, **options):
     out = plan.run(x, w, y=y, workspace=workspace)
     assert out is y
     assert np.isfinite(y.astype(np.float32)).all(), (
-        f"{np.count_nonzero(~np.isfinite(y.astype(np.float32)))} of {y.size} outputs unwritten")
+        f"{np.count_nonzero(~np.isfinite(y.astype(np.float32)))} of {y.size} outputs unwritten"
+    )
     if len(plan.chunks) == 1:
         unwritten = rf.unwritten(plan, workspace)
         assert set(unwritten) == rf.expected_buffers(plan)
@@ -73,8 +80,11 @@ def _assert_written_across_chunks(plan, x, w, y, workspace) -> None:
 @pytest.mark.parametrize("case", rf.numerics_cases(), ids=lambda c: c.id)
 def test_every_tile_and_dtype_within_bound(root, case):
     plan, _, err = run_checked(case, root)
-    xdtype = DType.BF16 if case.label == "xbf16" else (
-        DType.FP32 if case.problem.dtype is DType.FP32 else DType.FP16)
+    xdtype = (
+        DType.BF16
+        if case.label == "xbf16"
+        else (DType.FP32 if case.problem.dtype is DType.FP32 else DType.FP16)
+    )
     assert plan.xdtype is xdtype  # bf16's default pick stores fp16
     bound = rf.issue_bound(case.tile, case.problem.dtype, xdtype)
     assert err <= bound, f"{case.id}: error {err:.3e} > {bound:.1e}"
@@ -83,7 +93,8 @@ def test_every_tile_and_dtype_within_bound(root, case):
 def test_numerics_cover_every_tile_dtype_and_storage():
     seen = {(c.tile, c.problem.dtype, c.label) for c in rf.numerics_cases()}
     assert seen == {(t, d, "") for t in TILES for d in rf.DTYPES} | {
-        (t, DType.BF16, "xbf16") for t in TILES}
+        (t, DType.BF16, "xbf16") for t in TILES
+    }
 
 
 # Shapes ----------------------------------------------------------------------------------------
@@ -120,8 +131,9 @@ def test_wide_c_within_bound(root, case):
     assert err <= bound, f"{case.id}: error {err:.3e} > {bound:.1e}"
 
 
-@pytest.mark.parametrize("c, tile, prescale, block, vec", rf.WIDE,
-                         ids=[f"C{c}-{t}" for c, t, *_ in rf.WIDE])
+@pytest.mark.parametrize(
+    "c, tile, prescale, block, vec", rf.WIDE, ids=[f"C{c}-{t}" for c, t, *_ in rf.WIDE]
+)
 def test_wide_c_default_k2_mode(root, c, tile, prescale, block, vec):
     for dtype in rf.DTYPES:
         problem = rf.problem(dtype, C=c, H=3, W=4, K=8)
@@ -131,8 +143,12 @@ def test_wide_c_default_k2_mode(root, c, tile, prescale, block, vec):
         if dtype is DType.FP32:  # fp32 storage has the range: no prescale at any width
             assert k2.prescale is Prescale.NONE and Stage.PRESCALE not in stages
             continue
-        assert (k2.prescale.value, k2.block, k2.vec, k2.path) == (prescale, block, vec,
-                                                                   K2Path.REGISTER)
+        assert (k2.prescale.value, k2.block, k2.vec, k2.path) == (
+            prescale,
+            block,
+            vec,
+            K2Path.REGISTER,
+        )
         assert (Stage.PRESCALE in stages) == (prescale == "split")
         if prescale == "split":  # K2a runs before K2
             assert stages.index(Stage.PRESCALE) < stages.index(Stage.INPUT)
@@ -144,7 +160,8 @@ def test_forced_specs_within_bound(root, case):
     plan, _, err = run_checked(case, root)
     assert plan.source == "caller"
     assert [s.name for s in plan.steps if s.stage is not Stage.GEMM] == [
-        s.name for s in case.forced]
+        s.name for s in case.forced
+    ]
     bound = rf.issue_bound(plan.tile, case.problem.dtype, plan.xdtype)
     assert err <= bound, f"{case.id}: error {err:.3e} > {bound:.1e}"
 
@@ -163,10 +180,13 @@ def test_forced_cases_cover_the_grid_variants():
 
 
 # Batch split -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("n, split, chunks", [
-    (5, 2, [(0, 2), (2, 2), (4, 1)]),
-    (7, 3, [(0, 3), (3, 3), (6, 1)]),
-])
+@pytest.mark.parametrize(
+    "n, split, chunks",
+    [
+        (5, 2, [(0, 2), (2, 2), (4, 1)]),
+        (7, 3, [(0, 3), (3, 3), (6, 1)]),
+    ],
+)
 def test_batch_split_is_bit_identical(root, n, split, chunks):
     case = next(c for c in rf.EXTRA if c.label == "split" and c.problem.N == n)
     plan, y_split, err = run_checked(case, root, batch_split=split)
@@ -193,18 +213,22 @@ def test_transform_filter_then_run_with_U(root, index):
     assert np.array_equal(with_u.view(np.uint8), direct.view(np.uint8))
     workspace = np.full(plan.workspace_bytes, 0xFF, dtype=np.uint8)  # U inside a workspace
     U_ws = plan.transform_filter(w, workspace)
-    assert np.array_equal(plan.run(x, U=U_ws, workspace=workspace).view(np.uint8),
-                          direct.view(np.uint8))
+    assert np.array_equal(
+        plan.run(x, U=U_ws, workspace=workspace).view(np.uint8), direct.view(np.uint8)
+    )
 
 
 # Refusals --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("fields, rule", [
-    (dict(stride_h=2, stride_w=2), "stride_not_1"),
-    (dict(stride_h=1, stride_w=2), "stride_not_1"),
-    (dict(R=1, S=1, pad_h=0, pad_w=0), "not_3x3"),
-    (dict(R=5, S=5, pad_h=2, pad_w=2), "not_3x3"),
-    (dict(R=3, S=5, pad_h=1, pad_w=2), "not_3x3"),
-])
+@pytest.mark.parametrize(
+    "fields, rule",
+    [
+        (dict(stride_h=2, stride_w=2), "stride_not_1"),
+        (dict(stride_h=1, stride_w=2), "stride_not_1"),
+        (dict(R=1, S=1, pad_h=0, pad_w=0), "not_3x3"),
+        (dict(R=5, S=5, pad_h=2, pad_w=2), "not_3x3"),
+        (dict(R=3, S=5, pad_h=1, pad_w=2), "not_3x3"),
+    ],
+)
 def test_refusals_via_dispatch_and_conv2d(root, fields, rule):
     problem = Problem(N=1, C=8, H=10, W=10, K=8, **{"pad_h": 1, "pad_w": 1, **fields})
     with pytest.raises(Refused) as refused:
@@ -213,8 +237,13 @@ def test_refusals_via_dispatch_and_conv2d(root, fields, rule):
     x = np.zeros((1, 10, 10, 8), np.float32)
     w = np.zeros((8, problem.R, problem.S, 8), np.float32)
     with pytest.raises(Refused) as refused:
-        wino.conv2d(x, w, padding=(problem.pad_h, problem.pad_w),
-                    stride=(problem.stride_h, problem.stride_w), cache_root=root)
+        wino.conv2d(
+            x,
+            w,
+            padding=(problem.pad_h, problem.pad_w),
+            stride=(problem.stride_h, problem.stride_w),
+            cache_root=root,
+        )
     assert refused.value.rule == rule
 
 
@@ -237,10 +266,12 @@ def test_bad_outputs_are_refused_before_any_write(small):
     plan, x, w = small
     p = plan.problem
     shape = (p.N, p.Ho, p.Wo, p.K)
-    for y, what in [(np.zeros(shape, np.float16), "shape .* and dtype"),
-                    (np.zeros((p.N, p.Ho, p.Wo, p.K + 1), np.float32), "shape .* and dtype"),
-                    (np.zeros((p.N, p.Ho, p.Wo, 2 * p.K), np.float32)[..., ::2], "contiguous"),
-                    ([[0.0]], "numpy array")]:
+    for y, what in [
+        (np.zeros(shape, np.float16), "shape .* and dtype"),
+        (np.zeros((p.N, p.Ho, p.Wo, p.K + 1), np.float32), "shape .* and dtype"),
+        (np.zeros((p.N, p.Ho, p.Wo, 2 * p.K), np.float32)[..., ::2], "contiguous"),
+        ([[0.0]], "numpy array"),
+    ]:
         with pytest.raises(ValueError, match=f"y: .*{what}"):
             plan.run(x, w, y=y)
     with pytest.raises(ValueError, match="workspace"):

@@ -39,13 +39,16 @@ def _no_build_override(monkeypatch):
 # Bounds ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("tile", TILES, ids=lambda t: t.name)
 def test_bounds_are_at_least_as_tight_as_the_issue(tile):
-    pairs = [(DType.FP32, DType.FP32), (DType.FP16, DType.FP16), (DType.BF16, DType.FP16),
-             (DType.BF16, DType.BF16)]
+    pairs = [
+        (DType.FP32, DType.FP32),
+        (DType.FP16, DType.FP16),
+        (DType.BF16, DType.FP16),
+        (DType.BF16, DType.BF16),
+    ]
     for dtype, xdtype in pairs:
         assert verify.bound_for(tile, dtype, xdtype) <= rf.issue_bound(tile, dtype, xdtype)
     assert verify.bound_for(tile, DType.BF16) == verify.bound_for(tile, "bf16", "fp16")
-    assert verify.bound_for(tile.name, "fp32") == verify.bound_for(tile, DType.FP32,
-                                                                    DType.FP32)
+    assert verify.bound_for(tile.name, "fp32") == verify.bound_for(tile, DType.FP32, DType.FP32)
 
 
 def test_bounds_of_the_issue_are_kept():
@@ -69,8 +72,7 @@ def test_run_cases_verifies_times_and_reports_refusals(root):
     for result in results[:3]:
         assert result.ok and result.target == "c" and result.tile == "F4x4"
         assert 0 <= result.error <= result.bound
-        assert result.bound == verify.bound_for(result.tile, result.problem.dtype,
-                                                result.xdtype)
+        assert result.bound == verify.bound_for(result.tile, result.problem.dtype, result.xdtype)
         assert result.time_s > 0 and len(result.kernels) == 4
     assert results[2].xdtype == "fp16"  # bf16's default storage
     assert [r.rule for r in results[3:]] == [rule for _, rule in REFUSED]
@@ -91,8 +93,7 @@ def test_run_cases_reports_missing_kernels_and_caches(root, tmp_path):
 
 def test_failing_bound_is_a_fail(root, monkeypatch):
     monkeypatch.setitem(verify.BOUNDS, ("F4x4", DType.FP32, DType.FP32), 1e-12)
-    (result,) = verify.run_cases([Problem.from_miopen(LINES[0])], "c", cache_root=root,
-                                 repeats=1)
+    (result,) = verify.run_cases([Problem.from_miopen(LINES[0])], "c", cache_root=root, repeats=1)
     assert result.status == "FAIL" and not result.ok and result.error > 1e-12
 
 
@@ -154,8 +155,20 @@ def test_wino_run_argument_errors(root, capsys):
 
 
 def test_wino_run_as_a_process(root):
-    command = [sys.executable, "-m", "wino.cli", "run", "--target", "c", "--cache-root",
-               str(root), "--repeats", "1", "--miopen-cmd", LINES[2]]
+    command = [
+        sys.executable,
+        "-m",
+        "wino.cli",
+        "run",
+        "--target",
+        "c",
+        "--cache-root",
+        str(root),
+        "--repeats",
+        "1",
+        "--miopen-cmd",
+        LINES[2],
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("PASS") and "bf16 N1 C16 10x10 K16" in done.stdout

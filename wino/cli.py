@@ -307,20 +307,42 @@ def _refused_section() -> list[str]:
 
 # `wino run` ----------------------------------------------------------------------------------
 def _run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--miopen-cmd", action="append", default=[], metavar="LINE",
-                        help='a MIOpenDriver line, e.g. "convfp16 -n 2 -c 64 -H 14 -W 14 -k 64 '
-                        '-y 3 -x 3 -p 1 -q 1" (repeatable)')
-    parser.add_argument("--miopen-file", action="append", default=[], metavar="FILE",
-                        help="a file of MIOpenDriver lines, '#' comments (repeatable)")
-    parser.add_argument("--target", choices=["c", "cuda"],
-                        help="where to run (default: cuda when CuPy sees a GPU, else c)")
-    parser.add_argument("--tile", help="force a tile, e.g. F4x4 (default: the tuning DB, "
-                        "then the default pick)")
-    parser.add_argument("--cache-root", type=Path, metavar="DIR",
-                        help="the build folder holding cache/v<FORMAT>/ (default: build/)")
+    parser.add_argument(
+        "--miopen-cmd",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help='a MIOpenDriver line, e.g. "convfp16 -n 2 -c 64 -H 14 -W 14 -k 64 '
+        '-y 3 -x 3 -p 1 -q 1" (repeatable)',
+    )
+    parser.add_argument(
+        "--miopen-file",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a file of MIOpenDriver lines, '#' comments (repeatable)",
+    )
+    parser.add_argument(
+        "--target",
+        choices=["c", "cuda"],
+        help="where to run (default: cuda when CuPy sees a GPU, else c)",
+    )
+    parser.add_argument(
+        "--tile", help="force a tile, e.g. F4x4 (default: the tuning DB, then the default pick)"
+    )
+    parser.add_argument(
+        "--cache-root",
+        type=Path,
+        metavar="DIR",
+        help="the build folder holding cache/v<FORMAT>/ (default: build/)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
-    parser.add_argument("--repeats", type=int, default=5,
-                        help="timed runs per case after the verifying run (default 5)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=5,
+        help="timed runs per case after the verifying run (default 5)",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -5,5 +5,12 @@ from .api import conv2d
 from .plan import GemmStep, KernelStep, Plan, dispatch
 from .reference import conv2d_reference, relative_error
 
-__all__ = ["GemmStep", "KernelStep", "Plan", "conv2d", "conv2d_reference", "dispatch",
-           "relative_error"]
+__all__ = [
+    "GemmStep",
+    "KernelStep",
+    "Plan",
+    "conv2d",
+    "conv2d_reference",
+    "dispatch",
+    "relative_error",
+]

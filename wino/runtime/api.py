@@ -48,22 +48,50 @@ def problem_of(x, w, padding=1, dilation=1, groups: int = 1, stride=1) -> Proble
     if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
         raise ValueError(f"conv2d: groups must be a positive int, got {groups!r}")
     if cg * groups != c:
-        raise ValueError(f"conv2d: w has C/G = {cg} channels but x has C = {c} with groups = "
-                         f"{groups}; expected w.shape[3] == C / groups")
+        raise ValueError(
+            f"conv2d: w has C/G = {cg} channels but x has C = {c} with groups = "
+            f"{groups}; expected w.shape[3] == C / groups"
+        )
     dx, dw_ = _dtype(x, "x"), _dtype(w, "w")
     if dx is not dw_:
         raise ValueError(f"conv2d: x is {x.dtype} but w is {w.dtype}; pass one dtype")
-    (ph, pw), (dh, dw), (sh, sw) = (_pair(padding, "padding"), _pair(dilation, "dilation"),
-                                    _pair(stride, "stride"))
+    (ph, pw), (dh, dw), (sh, sw) = (
+        _pair(padding, "padding"),
+        _pair(dilation, "dilation"),
+        _pair(stride, "stride"),
+    )
     try:
-        return Problem(N=n, C=c, H=h, W=wd, K=k, R=r, S=s, pad_h=ph, pad_w=pw, stride_h=sh,
-                       stride_w=sw, dil_h=dh, dil_w=dw, groups=groups, dtype=dx)
+        return Problem(
+            N=n,
+            C=c,
+            H=h,
+            W=wd,
+            K=k,
+            R=r,
+            S=s,
+            pad_h=ph,
+            pad_w=pw,
+            stride_h=sh,
+            stride_w=sw,
+            dil_h=dh,
+            dil_w=dw,
+            groups=groups,
+            dtype=dx,
+        )
     except ValueError as err:
         raise ValueError(f"conv2d: {err}") from None
 
 
-def conv2d(x, w, padding=1, dilation=1, groups: int = 1, tile: Tile | str | None = None,
-           stride=1, **dispatch_options):
+def conv2d(
+    x,
+    w,
+    padding=1,
+    dilation=1,
+    groups: int = 1,
+    tile: Tile | str | None = None,
+    stride=1,
+    **dispatch_options,
+):
     """y = conv2d(x, w) from the cache: numpy arrays on the host, CuPy arrays or torch CUDA
     tensors on the GPU (no copies). Raises Refused (with its rule id) for problems wino does
     not serve (stride != 1, filters other than 3x3...), ValueError for bad arguments."""

@@ -10,8 +10,11 @@ import numpy as np
 
 from ..vocab import DType, Target
 
-NUMPY_DTYPES = {DType.FP16: np.dtype(np.float16), DType.FP32: np.dtype(np.float32),
-                DType.BF16: np.dtype(ml_dtypes.bfloat16)}
+NUMPY_DTYPES = {
+    DType.FP16: np.dtype(np.float16),
+    DType.FP32: np.dtype(np.float32),
+    DType.BF16: np.dtype(ml_dtypes.bfloat16),
+}
 
 
 def numpy_dtype(dtype: DType) -> np.dtype:
@@ -23,8 +26,10 @@ def dtype_of(array: Any) -> DType:
     name = str(getattr(array, "dtype", "")).replace("torch.", "")
     table = {"float16": DType.FP16, "float32": DType.FP32, "bfloat16": DType.BF16}
     if name not in table:
-        raise TypeError(f"array dtype {name or type(array).__name__} is not supported; "
-                        "use float16, bfloat16 or float32")
+        raise TypeError(
+            f"array dtype {name or type(array).__name__} is not supported; "
+            "use float16, bfloat16 or float32"
+        )
     return table[name]
 
 
@@ -40,5 +45,7 @@ def target_of(array: Any) -> Target:
         return Target.CUDA if array.is_cuda else Target.C
     if type(array).__module__.startswith("cupy"):
         return Target.CUDA
-    raise TypeError(f"unsupported array type {type(array).__name__}: pass a numpy array, a CuPy "
-                    "array or a torch tensor")
+    raise TypeError(
+        f"unsupported array type {type(array).__name__}: pass a numpy array, a CuPy "
+        "array or a torch tensor"
+    )

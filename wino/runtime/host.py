@@ -30,22 +30,29 @@ def _aligned(array: np.ndarray) -> np.ndarray:
 def _writable(label: str, array, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """Check a caller's output buffer: numpy, the shape and dtype, C-contiguous, aligned."""
     if not isinstance(array, np.ndarray):
-        raise ValueError(f"{label}: expected a numpy array on the c target, got "
-                         f"{type(array).__name__}")
+        raise ValueError(
+            f"{label}: expected a numpy array on the c target, got {type(array).__name__}"
+        )
     if tuple(array.shape) != shape or array.dtype != dtype:
-        raise ValueError(f"{label}: expected shape {shape} and dtype {dtype}, got "
-                         f"{tuple(array.shape)} {array.dtype}")
+        raise ValueError(
+            f"{label}: expected shape {shape} and dtype {dtype}, got "
+            f"{tuple(array.shape)} {array.dtype}"
+        )
     if not (array.flags.c_contiguous and array.flags.writeable) or array.ctypes.data % ALIGN:
-        raise ValueError(f"{label}: must be a writeable, C-contiguous, {ALIGN}-byte aligned "
-                         "array (the kernels write it in place)")
+        raise ValueError(
+            f"{label}: must be a writeable, C-contiguous, {ALIGN}-byte aligned "
+            "array (the kernels write it in place)"
+        )
     return array
 
 
 @functools.cache
 def args_struct(kind: str) -> type[ctypes.Structure]:
     """The kernarg struct of a stage kind (field order: wino.launch.KERNARG_FIELDS)."""
-    fields = [(n, ctypes.c_uint if n.startswith(("m_", "s_")) else ctypes.c_int)
-              for n in kernarg_names(kind)]
+    fields = [
+        (n, ctypes.c_uint if n.startswith(("m_", "s_")) else ctypes.c_int)
+        for n in kernarg_names(kind)
+    ]
     return type(f"Args_{kind}", (ctypes.Structure,), {"_fields_": fields})
 
 
@@ -66,24 +73,30 @@ class HostBackend:
         args = args_struct(kind_of(spec))(*step.launch.kernargs.values())
         pointers = [ctypes.c_void_p(b.ctypes.data if b is not None else 0) for b in buffers]
         gx, gy, _ = step.launch.grid
-        self.function(step.name)(ctypes.byref(args), *pointers, ctypes.c_uint(gx),
-                                 ctypes.c_uint(gy))
+        self.function(step.name)(
+            ctypes.byref(args), *pointers, ctypes.c_uint(gx), ctypes.c_uint(gy)
+        )
 
     # Workspace ---------------------------------------------------------------------------------
     def workspace(self, plan: Plan, workspace, images: int) -> dict[str, np.ndarray]:
         """Views of the workspace buffers for a chunk of ``images`` images."""
         if workspace is None:
             workspace = np.empty(plan.workspace_bytes, dtype=np.uint8)
-        if not isinstance(workspace, np.ndarray) or not workspace.flags.c_contiguous or (
-                workspace.ctypes.data % ALIGN or not workspace.flags.writeable):
-            raise ValueError(f"workspace: expected a writeable, C-contiguous, {ALIGN}-byte "
-                             f"aligned numpy array of at least {plan.workspace_bytes} bytes")
+        if (
+            not isinstance(workspace, np.ndarray)
+            or not workspace.flags.c_contiguous
+            or (workspace.ctypes.data % ALIGN or not workspace.flags.writeable)
+        ):
+            raise ValueError(
+                f"workspace: expected a writeable, C-contiguous, {ALIGN}-byte "
+                f"aligned numpy array of at least {plan.workspace_bytes} bytes"
+            )
         raw = workspace.view(np.uint8).reshape(-1)
         views = {}
         layout = plan_layout(plan.problem, plan.tile, plan.specs, images)
         for name, (offset, shape, dtype, count) in carve(layout, raw.size).items():
             nbytes = count * dtype.itemsize
-            views[name] = raw[offset:offset + nbytes].view(numpy_dtype(dtype)).reshape(shape)
+            views[name] = raw[offset : offset + nbytes].view(numpy_dtype(dtype)).reshape(shape)
         return views
 
     # Running -----------------------------------------------------------------------------------
@@ -112,7 +125,7 @@ class HostBackend:
         u, fs = self._filter_operand(plan, U)
         for start, images in plan.chunks:
             views = self.workspace(plan, workspace, images)
-            xs, ys = x[start:start + images], y[start:start + images]
+            xs, ys = x[start : start + images], y[start : start + images]
             ts = views.get("ts")
             for step in plan.chunk_steps[images]:
                 if isinstance(step, GemmStep):
@@ -135,11 +148,16 @@ class HostBackend:
         layout = plan.layout()
         for label, array in (("U", u), ("fs", fs)):
             shape, dtype = layout[label]
-            if not isinstance(array, np.ndarray) or tuple(array.shape) != shape or (
-                    array.dtype != numpy_dtype(dtype)):
-                raise ValueError(f"U: {label} must be {list(shape)} {dtype.short} (this "
-                                 "plan's transform_filter output), got "
-                                 f"{getattr(array, 'shape', None)} {getattr(array, 'dtype', '')}")
+            if (
+                not isinstance(array, np.ndarray)
+                or tuple(array.shape) != shape
+                or (array.dtype != numpy_dtype(dtype))
+            ):
+                raise ValueError(
+                    f"U: {label} must be {list(shape)} {dtype.short} (this "
+                    "plan's transform_filter output), got "
+                    f"{getattr(array, 'shape', None)} {getattr(array, 'dtype', '')}"
+                )
         return _aligned(u), _aligned(fs)
 
     @staticmethod

@@ -54,8 +54,10 @@ class GemmStep:
 
     @property
     def name(self) -> str:
-        return (f"k3_gemm_{self.xdtype.short}_{self.accdtype.short}"
-                f"_b{self.batch}_m{self.m}_n{self.n}_k{self.k}")
+        return (
+            f"k3_gemm_{self.xdtype.short}_{self.accdtype.short}"
+            f"_b{self.batch}_m{self.m}_n{self.n}_k{self.k}"
+        )
 
     @property
     def flops(self) -> int:
@@ -103,11 +105,15 @@ class Plan:
         return plan_layout(self.problem, self.tile, self.specs, self.batch_split)
 
     def explain(self) -> str:
-        lines = [f"plan {self.kind} for {self.problem.label()} on {self.target.value} "
-                 f"({self.manifest.flavor}), tile {self.tile.name}, specs from {self.source}",
-                 f"  batch split {self.batch_split}: chunks {self.chunks}",
-                 f"  workspace {self.workspace_bytes} bytes: " + ", ".join(
-                     f"{k} {list(shape)} {dt.short}" for k, (shape, dt) in self.layout().items())]
+        lines = [
+            f"plan {self.kind} for {self.problem.label()} on {self.target.value} "
+            f"({self.manifest.flavor}), tile {self.tile.name}, specs from {self.source}",
+            f"  batch split {self.batch_split}: chunks {self.chunks}",
+            f"  workspace {self.workspace_bytes} bytes: "
+            + ", ".join(
+                f"{k} {list(shape)} {dt.short}" for k, (shape, dt) in self.layout().items()
+            ),
+        ]
         for images, steps in self.chunk_steps.items():
             lines.append(f"  chunk of {images} image(s):")
             for step in steps:
@@ -115,8 +121,10 @@ class Plan:
                     lines.append(f"    {step.stage.short:4} {step.name}")
                 else:
                     args = " ".join(f"{k}={v}" for k, v in step.launch.kernargs.items())
-                    lines.append(f"    {step.stage.short:4} {step.name} grid={step.launch.grid}"
-                                 f" block={step.launch.block} {args}")
+                    lines.append(
+                        f"    {step.stage.short:4} {step.name} grid={step.launch.grid}"
+                        f" block={step.launch.block} {args}"
+                    )
         return "\n".join(lines)
 
     # Running ---------------------------------------------------------------------------------
@@ -158,8 +166,16 @@ def _steps(problem: Problem, specs: dict[Stage, StageSpec], images: int) -> list
     for stage, spec in specs.items():
         if stage is Stage.OUTPUT:
             tg = TileGrid.of(chunk, spec.tile)
-            steps.append(GemmStep(spec.tile.bins * problem.groups, tg.P, problem.Kg, problem.Cg,
-                                  k2.xdtype, spec.accdtype))
+            steps.append(
+                GemmStep(
+                    spec.tile.bins * problem.groups,
+                    tg.P,
+                    problem.Kg,
+                    problem.Cg,
+                    k2.xdtype,
+                    spec.accdtype,
+                )
+            )
         launch = stage_launch(spec, chunk, tile_scale=k2.prescale is not Prescale.NONE)
         steps.append(KernelStep(stage, spec.name, launch))
     return steps
@@ -169,8 +185,9 @@ def _specs_tile(specs: dict[Stage, StageSpec], tile: Tile | None) -> Tile:
     """The one tile of caller-given specs (``tile``, when given too, must be it)."""
     tiles = {spec.tile for spec in specs.values()}
     if len(tiles) != 1:
-        raise ValueError(f"dispatch: specs mix tiles {sorted(t.name for t in tiles)}; pass one "
-                         "tile's specs")
+        raise ValueError(
+            f"dispatch: specs mix tiles {sorted(t.name for t in tiles)}; pass one tile's specs"
+        )
     (only,) = tiles
     if tile is not None and tile != only:
         raise ValueError(f"dispatch: tile {tile.name} but the specs are {only.name}")
@@ -183,20 +200,26 @@ def _ordered(specs: dict[Stage, StageSpec]) -> dict[Stage, StageSpec]:
     transformed dtype."""
     for stage, spec in specs.items():
         if not isinstance(stage, Stage) or spec.stage is not stage:
-            raise ValueError(f"dispatch: specs[{stage!r}] is a {spec.stage.short} spec "
-                             f"({spec.name}); key each spec by its own Stage")
+            raise ValueError(
+                f"dispatch: specs[{stage!r}] is a {spec.stage.short} spec "
+                f"({spec.name}); key each spec by its own Stage"
+            )
     need = {Stage.FILTER, Stage.INPUT, Stage.OUTPUT}
     k2 = specs.get(Stage.INPUT)
     if k2 is not None and k2.prescale is Prescale.SPLIT:
         need.add(Stage.PRESCALE)
     if set(specs) != need:
-        raise ValueError(f"dispatch: specs for stages {sorted(s.short for s in specs)}; this "
-                         f"pipeline needs exactly {sorted(s.short for s in need)} (k2a goes "
-                         "with prescale split only)")
+        raise ValueError(
+            f"dispatch: specs for stages {sorted(s.short for s in specs)}; this "
+            f"pipeline needs exactly {sorted(s.short for s in need)} (k2a goes "
+            "with prescale split only)"
+        )
     k1 = specs[Stage.FILTER]
     if k1.xdtype is not k2.xdtype:
-        raise ValueError(f"dispatch: K1 {k1.name} stores U as {k1.xdtype.short} but K2 "
-                         f"{k2.name} stores V as {k2.xdtype.short}; the GEMM needs one dtype")
+        raise ValueError(
+            f"dispatch: K1 {k1.name} stores U as {k1.xdtype.short} but K2 "
+            f"{k2.name} stores V as {k2.xdtype.short}; the GEMM needs one dtype"
+        )
     return {stage: specs[stage] for stage in GRID_STAGES if stage in specs}
 
 
@@ -208,10 +231,17 @@ def _pick_target(target: Target | str | None) -> Target:
     return Target.CUDA if cuda_available() else Target.C
 
 
-def dispatch(problem: Problem, *, algorithm: str = "winograd_aot",
-             target: Target | str | None = None, tile: Tile | str | None = None,
-             batch_split: int | None = None, workspace_limit: int | None = None,
-             cache_root: Path | None = None, specs: dict[Stage, StageSpec] | None = None) -> Plan:
+def dispatch(
+    problem: Problem,
+    *,
+    algorithm: str = "winograd_aot",
+    target: Target | str | None = None,
+    tile: Tile | str | None = None,
+    batch_split: int | None = None,
+    workspace_limit: int | None = None,
+    cache_root: Path | None = None,
+    specs: dict[Stage, StageSpec] | None = None,
+) -> Plan:
     """Assemble the plan for ``problem`` from the cache (no compiler involved).
 
     Raises Refused (with the rule id) for problems wino does not serve, KeyError naming a
@@ -234,15 +264,18 @@ def dispatch(problem: Problem, *, algorithm: str = "winograd_aot",
     for spec in specs.values():
         manifest.kernel(spec.name, verify=False)
     k2 = specs[Stage.INPUT]
-    limit_split = largest_split(problem, tile, workspace_limit, k2.xdtype,
-                                specs[Stage.OUTPUT].accdtype)
+    limit_split = largest_split(
+        problem, tile, workspace_limit, k2.xdtype, specs[Stage.OUTPUT].accdtype
+    )
     split = limit_split if batch_split is None else batch_split
     chunks = batch_chunks(problem.N, split)
     split = chunks[0][1]
     chunk_steps = {images: _steps(problem, specs, images) for images in {c for _, c in chunks}}
     ws = workspace_bytes(plan_layout(problem, tile, specs, split))
     if workspace_limit is not None and ws > workspace_limit:
-        raise Refused("workspace_over_limit",
-                      f"the workspace of {ws} bytes for a batch split of {split} exceeds the "
-                      f"limit of {workspace_limit} bytes; raise the limit or lower the split")
+        raise Refused(
+            "workspace_over_limit",
+            f"the workspace of {ws} bytes for a batch split of {split} exceeds the "
+            f"limit of {workspace_limit} bytes; raise the limit or lower the split",
+        )
     return Plan(problem, target, tile, specs, manifest, split, chunks, chunk_steps, ws, source)

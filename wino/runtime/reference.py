@@ -6,8 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 
-def conv2d_reference(x: np.ndarray, w: np.ndarray, pad: tuple[int, int] = (0, 0),
-                     dilation: tuple[int, int] = (1, 1), groups: int = 1) -> np.ndarray:
+def conv2d_reference(
+    x: np.ndarray,
+    w: np.ndarray,
+    pad: tuple[int, int] = (0, 0),
+    dilation: tuple[int, int] = (1, 1),
+    groups: int = 1,
+) -> np.ndarray:
     """Direct stride-1 convolution in float64:
     x [N][H][W][C], w [K][R][S][C/G] -> [N][Ho][Wo][K]."""
     x = np.asarray(x, dtype=np.float64)
@@ -19,16 +24,16 @@ def conv2d_reference(x: np.ndarray, w: np.ndarray, pad: tuple[int, int] = (0, 0)
     if c != cg * groups or k % groups:
         raise ValueError(f"reference: C={c}, K={k} do not fit groups={groups} with C/G={cg}")
     xp = np.zeros((n, h + 2 * ph, wd + 2 * pw, c))
-    xp[:, ph:ph + h, pw:pw + wd, :] = x
+    xp[:, ph : ph + h, pw : pw + wd, :] = x
     kg = k // groups
     y = np.zeros((n, ho, wo, k))
     for g in range(groups):
-        xs = xp[..., g * cg:(g + 1) * cg]
-        ws = w[g * kg:(g + 1) * kg]
+        xs = xp[..., g * cg : (g + 1) * cg]
+        ws = w[g * kg : (g + 1) * kg]
         for i in range(r):
             for j in range(s):
-                patch = xs[:, i * dh:i * dh + ho, j * dw:j * dw + wo, :]
-                y[..., g * kg:(g + 1) * kg] += patch @ ws[:, i, j, :].T
+                patch = xs[:, i * dh : i * dh + ho, j * dw : j * dw + wo, :]
+                y[..., g * kg : (g + 1) * kg] += patch @ ws[:, i, j, :].T
     return y
 
 

@@ -31,13 +31,15 @@ def load(target: Target, root: Path | None = None) -> dict:
     return config.validate(data, "tuning", str(path))
 
 
-def lookup(problem: Problem, target: Target, tile: Tile,
-           root: Path | None = None) -> dict[Stage, StageSpec] | None:
+def lookup(
+    problem: Problem, target: Target, tile: Tile, root: Path | None = None
+) -> dict[Stage, StageSpec] | None:
     entry = load(target, root)["entries"].get(problem_key(problem))
     if entry is None or entry["tile"] != tile.name:
         return None
-    return {Stage(stage): spec_from_fields(stage, fields)
-            for stage, fields in entry["specs"].items()}
+    return {
+        Stage(stage): spec_from_fields(stage, fields) for stage, fields in entry["specs"].items()
+    }
 
 
 def best_tile(problem: Problem, target: Target, root: Path | None = None) -> Tile | None:
@@ -45,12 +47,19 @@ def best_tile(problem: Problem, target: Target, root: Path | None = None) -> Til
     return Tile.parse(entry["tile"]) if entry else None
 
 
-def record(problem: Problem, target: Target, tile: Tile, specs: dict[Stage, StageSpec],
-           time_us: float, root: Path | None = None) -> Path:
+def record(
+    problem: Problem,
+    target: Target,
+    tile: Tile,
+    specs: dict[Stage, StageSpec],
+    time_us: float,
+    root: Path | None = None,
+) -> Path:
     """Write (or replace) the problem's entry; the file is replaced atomically."""
     data = load(target, root)
     data["entries"][problem_key(problem)] = {
-        "tile": tile.name, "time_us": round(float(time_us), 3),
+        "tile": tile.name,
+        "time_us": round(float(time_us), 3),
         "specs": {stage.short: spec.fields_dict() for stage, spec in specs.items()},
     }
     config.validate(data, "tuning", str(db_path(target, root)))

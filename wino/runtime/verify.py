@@ -25,8 +25,17 @@ from .plan import Plan, dispatch
 from .reference import conv2d_reference, relative_error
 
 #: Tiles grouped by how much the transforms amplify rounding (the points they interpolate at).
-FAMILY = {"F2x2": "F2x2", "F4x2": "F4x2", "F2x4": "F4x2", "F6x2": "F4x2", "F2x6": "F4x2",
-          "F4x4": "F4x4", "F6x4": "F4x4", "F4x6": "F4x4", "F6x6": "F6x6"}
+FAMILY = {
+    "F2x2": "F2x2",
+    "F4x2": "F4x2",
+    "F2x4": "F4x2",
+    "F6x2": "F4x2",
+    "F2x6": "F4x2",
+    "F4x4": "F4x4",
+    "F6x4": "F4x4",
+    "F4x6": "F4x4",
+    "F6x6": "F6x6",
+}
 
 #: max|out - ref| / max|ref| bounds per tile family, io dtype and transformed storage dtype
 #: (N(0,1) data, C in 64..4096): the issue's, tightened where it left room. Measured on the host
@@ -67,8 +76,10 @@ def bound_for(tile: Tile | str, dtype: DType | str, xdtype: DType | str | None =
     xdtype = DType.parse(xdtype) if isinstance(xdtype, str) else xdtype
     key = (FAMILY[tile.name], dtype, xdtype)
     if key not in BOUNDS:
-        raise ValueError(f"no error bound for {tile.name} io {dtype.short} with "
-                         f"{xdtype.short} storage (not a supported pairing)")
+        raise ValueError(
+            f"no error bound for {tile.name} io {dtype.short} with "
+            f"{xdtype.short} storage (not a supported pairing)"
+        )
     return BOUNDS[key]
 
 
@@ -113,8 +124,9 @@ def _to_device(array: np.ndarray, target: Target):
     except ImportError:
         torch = None
     if torch is not None:
-        tdtype = {"float16": torch.float16, "float32": torch.float32,
-                  "bfloat16": torch.bfloat16}[str(array.dtype)]
+        tdtype = {"float16": torch.float16, "float32": torch.float32, "bfloat16": torch.bfloat16}[
+            str(array.dtype)
+        ]
         return torch.from_numpy(array.astype(np.float32)).to("cuda").to(tdtype)
     if str(array.dtype) == "bfloat16":
         raise ValueError("bf16 on the cuda target needs torch (CuPy has no bfloat16)")
@@ -144,8 +156,10 @@ def _buffers(plan: Plan, x):
     """Preallocated y and workspace on x's device (so the timed runs allocate nothing)."""
     p = plan.problem
     if isinstance(x, np.ndarray):
-        return (np.empty((p.N, p.Ho, p.Wo, p.K), dtype=x.dtype),
-                np.empty(plan.workspace_bytes, dtype=np.uint8))
+        return (
+            np.empty((p.N, p.Ho, p.Wo, p.K), dtype=x.dtype),
+            np.empty(plan.workspace_bytes, dtype=np.uint8),
+        )
     import cupy
 
     if type(x).__module__.startswith("torch"):
@@ -173,25 +187,44 @@ def _time_plan(plan: Plan, x, w, repeats: int) -> float:
     return statistics.median(times)
 
 
-def run_case(problem: Problem, target: Target | str | None = None, tile: Tile | str | None = None,
-             seed: int = 0, *, cache_root: Path | None = None, repeats: int = 5,
-             **dispatch_options) -> CaseResult:
+def run_case(
+    problem: Problem,
+    target: Target | str | None = None,
+    tile: Tile | str | None = None,
+    seed: int = 0,
+    *,
+    cache_root: Path | None = None,
+    repeats: int = 5,
+    **dispatch_options,
+) -> CaseResult:
     """Dispatch, verify and time one problem (see the module docstring)."""
     try:
-        plan = dispatch(problem, target=target, tile=tile, cache_root=cache_root,
-                        **dispatch_options)
+        plan = dispatch(
+            problem, target=target, tile=tile, cache_root=cache_root, **dispatch_options
+        )
     except Refused as refusal:
         return CaseResult(problem, REFUSED, rule=refusal.rule, message=refusal.message)
     except (KeyError, FileNotFoundError, RuntimeError, ValueError) as err:
         return CaseResult(problem, ERROR, message=str(err.args[0] if err.args else err))
-    result = CaseResult(problem, ERROR, target=plan.target.value, tile=plan.tile.name,
-                        xdtype=plan.xdtype.short, kernels=tuple(s.name for s in plan.steps))
+    result = CaseResult(
+        problem,
+        ERROR,
+        target=plan.target.value,
+        tile=plan.tile.name,
+        xdtype=plan.xdtype.short,
+        kernels=tuple(s.name for s in plan.steps),
+    )
     try:
         x_host, w_host = _inputs(problem, np.random.default_rng(seed))
         x, w = _to_device(x_host, plan.target), _to_device(w_host, plan.target)
         y = _to_host(plan.run(x, w))  # the verifying run is the warm-up
-        reference = conv2d_reference(x_host, w_host, (problem.pad_h, problem.pad_w),
-                                     (problem.dil_h, problem.dil_w), problem.groups)
+        reference = conv2d_reference(
+            x_host,
+            w_host,
+            (problem.pad_h, problem.pad_w),
+            (problem.dil_h, problem.dil_w),
+            problem.groups,
+        )
         result.error = relative_error(y, reference)
         result.bound = bound_for(plan.tile, problem.dtype, plan.xdtype)
         result.time_s = _time_plan(plan, x, w, repeats)
@@ -202,13 +235,29 @@ def run_case(problem: Problem, target: Target | str | None = None, tile: Tile | 
     return result
 
 
-def run_cases(problems, target: Target | str | None = None, tile: Tile | str | None = None,
-              seed: int = 0, *, cache_root: Path | None = None, repeats: int = 5,
-              **dispatch_options) -> list[CaseResult]:
+def run_cases(
+    problems,
+    target: Target | str | None = None,
+    tile: Tile | str | None = None,
+    seed: int = 0,
+    *,
+    cache_root: Path | None = None,
+    repeats: int = 5,
+    **dispatch_options,
+) -> list[CaseResult]:
     """``run_case`` for each problem; case i draws its inputs from the seed (seed, i)."""
-    return [run_case(problem, target, tile, seed=np.random.SeedSequence([seed, index]),
-                     cache_root=cache_root, repeats=repeats, **dispatch_options)
-            for index, problem in enumerate(problems)]
+    return [
+        run_case(
+            problem,
+            target,
+            tile,
+            seed=np.random.SeedSequence([seed, index]),
+            cache_root=cache_root,
+            repeats=repeats,
+            **dispatch_options,
+        )
+        for index, problem in enumerate(problems)
+    ]
 
 
 # Printing --------------------------------------------------------------------------------------
@@ -231,11 +280,15 @@ def format_results(results: list[CaseResult]) -> str:
             lines.append(f"{head}{where}  {r.message}")
         else:
             relation = "<=" if r.status == PASS else ">"
-            lines.append(f"{head}  {r.tile} x{r.xdtype} on {r.target}  err {r.error:.2e} "
-                         f"{relation} bound {r.bound:.1e}  time {_time_text(r.time_s)}")
+            lines.append(
+                f"{head}  {r.tile} x{r.xdtype} on {r.target}  err {r.error:.2e} "
+                f"{relation} bound {r.bound:.1e}  time {_time_text(r.time_s)}"
+            )
     count = {s: sum(r.status == s for r in results) for s in (PASS, FAIL, REFUSED, ERROR)}
-    lines.append(f"{len(results)} case(s): {count[PASS]} passed, {count[FAIL]} failed, "
-                 f"{count[ERROR]} error(s), {count[REFUSED]} refused (skipped)")
+    lines.append(
+        f"{len(results)} case(s): {count[PASS]} passed, {count[FAIL]} failed, "
+        f"{count[ERROR]} error(s), {count[REFUSED]} refused (skipped)"
+    )
     return "\n".join(lines)
 
 
@@ -250,7 +303,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not problems:
         raise ValueError("wino run: pass at least one --miopen-cmd LINE or --miopen-file FILE")
     tile = Tile.parse(args.tile) if args.tile else None
-    results = run_cases(problems, args.target, tile, args.seed, cache_root=args.cache_root,
-                        repeats=args.repeats)
+    results = run_cases(
+        problems, args.target, tile, args.seed, cache_root=args.cache_root, repeats=args.repeats
+    )
     print(format_results(results))
     return 0 if all(r.ok for r in results) else 1
