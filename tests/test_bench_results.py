@@ -137,6 +137,15 @@ def test_best_line_prefers_verified_pipelines():
     assert BEST.match(unchecked).group(5) == " (unverified)"
 
 
+def test_best_line_is_the_most_tflops_across_cases():
+    """A big case's slower pipeline can beat a small case's faster one in TFLOPS."""
+    small = _row(case="conv -n 1", tile="F2x2", total="10", k2="k2_small", verified="yes")
+    big = _row(case="conv -n 64", tile="F4x4", total="40", k2="k2_big", verified="yes")
+    small["tflops"], big["tflops"] = "100", "500"
+    match = BEST.match(sweep.best_line([small, big]))
+    assert match and match.group(1) == "500" and match.group(4) == "k2_big"
+
+
 def test_best_line_with_nothing_measured():
     assert sweep.best_line([]) == "Best: 0 TFLOPS — none (no verified wino pipeline)"
 

@@ -138,6 +138,12 @@ def plot_arguments(parser: argparse.ArgumentParser) -> None:
         default=Path("speedup.png"),
         help="the picture (suffixed _<dtype> when the CSV holds several)",
     )
+    parser.add_argument(
+        "--table",
+        action="store_true",
+        help="print the CSV as a Markdown table (best verified wino pipeline per case vs cuDNN) "
+        "instead of drawing",
+    )
 
 
 # Building the sweep --------------------------------------------------------------------------
@@ -250,6 +256,11 @@ def plot(args: argparse.Namespace) -> int:
     from .plot import PlotUnavailable
     from .plot import plot as draw
 
+    if args.table:
+        from .table import markdown
+
+        print(markdown(args.csv))
+        return 0
     try:
         paths = draw(args.csv, args.output)
     except PlotUnavailable as missing:
