@@ -8,42 +8,24 @@ the host, CuPy views on CUDA) and returns one callable per stage of the plan: K1
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 
 from ..runtime.plan import GemmStep, Plan
 from ..vocab import Stage
 
 
-def gemm(backend, step: GemmStep, V, U, M, images: int) -> None:
-    """K3 through the backend (the host GEMM also takes the chunk's image count)."""
-    if "images" in inspect.signature(backend.gemm).parameters:
-        backend.gemm(step, V, U, M, images)
-    else:
-        backend.gemm(step, V, U, M)
-
-
 def _chunk_call(plan: Plan, backend, stage: Stage, x, y, workspace, U, fs):
-    """The launches of one stage over every batch chunk."""
+    """The launches of one stage over every batch chunk (the backend's own chunk steps)."""
     calls = []
     for start, images in plan.chunks:
         views = backend.workspace(plan, workspace, images)
-        xs, ys, ts = x[start : start + images], y[start : start + images], views.get("ts")
-        for step in plan.chunk_steps[images]:
-            if step.stage is not stage:
-                continue
-            if stage is Stage.GEMM:
-                calls.append((gemm, (backend, step, views["V"], U, views["M"], images)))
-            elif stage is Stage.PRESCALE:
-                calls.append((backend.launch, (plan, step, xs, ts)))
-            elif stage is Stage.INPUT:
-                calls.append((backend.launch, (plan, step, xs, views["V"], ts)))
-            elif stage is Stage.OUTPUT:
-                calls.append((backend.launch, (plan, step, views["M"], fs, ts, ys)))
+        chunk = slice(start, start + images)
+        launches = backend.chunk_launches(plan, images, x[chunk], y[chunk], views, U, fs)
+        calls += [launch for kind, launch in launches if kind is stage]
 
     def issue() -> None:
-        for function, args in calls:
-            function(*args)
+        for launch in calls:
+            launch()
 
     return issue
 

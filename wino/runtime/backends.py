@@ -1,13 +1,17 @@
-"""Backend selection and the pieces every backend shares (argument checks, workspace carving)."""
+"""Backend selection and what every backend shares: argument checks, workspace carving, the
+filter transform and the chunk loop (``Backend``). A backend supplies the array primitives
+(typed views, allocation, checks) and ``launch`` / ``gemm``."""
 
 from __future__ import annotations
 
+import functools
 from functools import lru_cache
+from typing import Any
 
 from .. import cache
 from ..launch import kernarg_kind
 from ..specs import StageSpec
-from ..vocab import Target
+from ..vocab import DType, Stage, Target
 
 
 @lru_cache(maxsize=1)
@@ -70,3 +74,100 @@ def carve(layout, total_bytes: int):
 
 def kind_of(spec: StageSpec) -> str:
     return kernarg_kind(spec)
+
+
+class Backend:
+    """The run of a plan, written once; subclasses supply the primitives below it."""
+
+    def __init__(self, manifest: cache.Manifest):
+        self.manifest = manifest
+
+    # Primitives (per backend) --------------------------------------------------------------
+    def raw_workspace(self, plan, workspace) -> Any:
+        """The caller's workspace as a flat uint8 array (checked), or a new one when None."""
+        raise NotImplementedError
+
+    def typed_view(self, raw, offset: int, count: int, dtype: DType, shape) -> Any:
+        raise NotImplementedError
+
+    def operand(self, array, dtype: DType) -> Any:
+        """An input (x or w) as the kernels read it."""
+        raise NotImplementedError
+
+    def output(self, plan, x, y) -> tuple[Any, Any]:
+        """(what run returns, what the kernels write): y checked, or allocated like x."""
+        raise NotImplementedError
+
+    def filter_operand(self, plan, U) -> tuple[Any, Any]:
+        """(U, fs) from plan.transform_filter, checked against this plan."""
+        raise NotImplementedError
+
+    def launch(self, plan, step, *buffers) -> None:
+        raise NotImplementedError
+
+    def gemm(self, step, V, U, M, images: int) -> None:
+        raise NotImplementedError
+
+    # Shared ----------------------------------------------------------------------------------
+    def workspace(self, plan, workspace, images: int) -> dict[str, Any]:
+        """Typed views of the workspace buffers for a chunk of ``images`` images."""
+        from .plan import plan_layout
+
+        raw = self.raw_workspace(plan, workspace)
+        layout = plan_layout(plan.problem, plan.tile, plan.specs, images)
+        return {
+            name: self.typed_view(raw, offset, count, dtype, shape)
+            for name, (offset, shape, dtype, count) in carve(layout, raw.size).items()
+        }
+
+    def transform_filter(self, plan, w, workspace=None):
+        """K1 alone: (U, fs), in the workspace when one is given, else in new arrays."""
+        check_operands(plan, None, w)
+        views = self.workspace(plan, workspace, plan.batch_split)
+        U, fs = views["U"], views["fs"]
+        if workspace is None:
+            U, fs = U.copy(), fs.copy()
+        k1 = next(s for s in plan.steps if s.stage is Stage.FILTER)
+        self.launch(plan, k1, self.operand(w, plan.problem.dtype), U, fs)
+        return U, fs
+
+    def run(self, plan, x, w, y, workspace, U):
+        check_operands(plan, x, w)
+        xv = self.operand(x, plan.problem.dtype)
+        y, yv = self.output(plan, x, y)
+        workspace = self.raw_workspace(plan, workspace)
+        if U is None:
+            if w is None:
+                raise ValueError("run: pass the filter w, or U from plan.transform_filter(w)")
+            U = self.transform_filter(plan, w, workspace)
+        u, fs = self.filter_operand(plan, U)
+        for start, images in plan.chunks:
+            views = self.workspace(plan, workspace, images)
+            chunk = slice(start, start + images)
+            self.run_chunk(plan, images, xv[chunk], yv[chunk], views, u, fs)
+        return y
+
+    def run_chunk(self, plan, images: int, xs, ys, views, u, fs) -> None:
+        """K2a, K2, K3 and K4 of one batch chunk (K1 ran once before)."""
+        for _, launch in self.chunk_launches(plan, images, xs, ys, views, u, fs):
+            launch()
+
+    def chunk_launches(self, plan, images: int, xs, ys, views, u, fs):
+        """(stage, a callable issuing it) per step of one batch chunk, in pipeline order."""
+        from .plan import GemmStep
+
+        ts = views.get("ts")
+        out = []
+        for step in plan.chunk_steps[images]:
+            if isinstance(step, GemmStep):
+                args = (self.gemm, step, views["V"], u, views["M"], images)
+            elif step.stage is Stage.PRESCALE:
+                args = (self.launch, plan, step, xs, ts)
+            elif step.stage is Stage.INPUT:
+                args = (self.launch, plan, step, xs, views["V"], ts)
+            elif step.stage is Stage.OUTPUT:
+                args = (self.launch, plan, step, views["M"], fs, ts, ys)
+            else:
+                continue  # K1 runs once per filter, not per chunk
+            out.append((step.stage, functools.partial(*args)))
+        return out

@@ -15,11 +15,11 @@ import numpy as np
 
 from .. import cache
 from ..launch import kernarg_names
-from ..vocab import DType, Stage
+from ..vocab import DType
 from .arrays import dtype_of, is_torch
-from .backends import carve, check_operands, kind_of
+from .backends import Backend, kind_of
 from .cublas import CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F, Gemm
-from .plan import GemmStep, KernelStep, Plan, plan_layout
+from .plan import GemmStep, KernelStep, Plan
 
 _CUDA_TYPE = {DType.FP32: CUDA_R_32F, DType.FP16: CUDA_R_16F, DType.BF16: CUDA_R_16BF}
 _RAW = {2: np.uint16, 4: np.float32}
@@ -59,12 +59,12 @@ def device_view(array: Any, dtype: DType):
     return array.view(_RAW[dtype.itemsize])
 
 
-class CudaBackend:
+class CudaBackend(Backend):
     def __init__(self, manifest: cache.Manifest):
         import cupy
 
+        super().__init__(manifest)
         self.cupy = cupy
-        self.manifest = manifest
         self._functions: dict[str, Any] = {}
         self._dummy = cupy.zeros(4, dtype=cupy.float32)
         self._gemm: Gemm | None = None
@@ -82,75 +82,60 @@ class CudaBackend:
         pointers = [b if b is not None else self._dummy for b in buffers]
         self.function(step.name)(step.launch.grid, step.launch.block, (args[()], *pointers))
 
-    def workspace(self, plan: Plan, workspace, images: int) -> dict[str, Any]:
-        cupy = self.cupy
+    # Array primitives --------------------------------------------------------------------------
+    def raw_workspace(self, plan: Plan, workspace):
         if workspace is None:
-            workspace = cupy.empty(plan.workspace_bytes, dtype=cupy.uint8)
-        raw = workspace.view(cupy.uint8).reshape(-1)
-        views = {}
-        layout = plan_layout(plan.problem, plan.tile, plan.specs, images)
-        for name, (offset, shape, dtype, count) in carve(layout, raw.size).items():
-            views[name] = (
-                raw[offset : offset + count * dtype.itemsize]
-                .view(_RAW[dtype.itemsize])
-                .reshape(shape)
+            return self.cupy.empty(plan.workspace_bytes, dtype=self.cupy.uint8)
+        if not isinstance(workspace, self.cupy.ndarray) or not workspace.flags.c_contiguous:
+            raise ValueError(
+                f"workspace: expected a C-contiguous CuPy array of at least "
+                f"{plan.workspace_bytes} bytes"
             )
-        return views
+        return workspace.view(self.cupy.uint8).reshape(-1)
 
-    def transform_filter(self, plan: Plan, w, workspace=None):
-        check_operands(plan, None, w)
-        views = self.workspace(plan, workspace, plan.batch_split)
-        U, fs = views["U"], views["fs"]
-        if workspace is None:
-            U, fs = U.copy(), fs.copy()
-        k1 = next(s for s in plan.steps if s.stage is Stage.FILTER)
-        self.launch(plan, k1, device_view(w, plan.problem.dtype), U, fs)
-        return U, fs
+    def typed_view(self, raw, offset: int, count: int, dtype: DType, shape):
+        nbytes = count * dtype.itemsize
+        return raw[offset : offset + nbytes].view(_RAW[dtype.itemsize]).reshape(shape)
 
-    def run(self, plan: Plan, x, w, y, workspace, U):
-        cupy = self.cupy
-        check_operands(plan, x, w)
+    def operand(self, array, dtype: DType):
+        return device_view(array, dtype)
+
+    def output(self, plan: Plan, x, y):
         p = plan.problem
-        torch_out = is_torch(x)
+        shape = (p.N, p.Ho, p.Wo, p.K)
         if y is None:
-            if torch_out:
+            if is_torch(x):
                 import torch
 
-                y = torch.empty((p.N, p.Ho, p.Wo, p.K), dtype=x.dtype, device=x.device)
+                y = torch.empty(shape, dtype=x.dtype, device=x.device)
             else:
-                y = cupy.empty((p.N, p.Ho, p.Wo, p.K), dtype=x.dtype)
-        elif dtype_of(y) is not p.dtype or tuple(y.shape) != (p.N, p.Ho, p.Wo, p.K):
+                y = self.cupy.empty(shape, dtype=x.dtype)
+        elif dtype_of(y) is not p.dtype or tuple(y.shape) != shape:
             raise ValueError(
-                f"y: expected shape {(p.N, p.Ho, p.Wo, p.K)} and dtype "
-                f"{p.dtype.short}, got {tuple(y.shape)} {y.dtype}"
+                f"y: expected shape {shape} and dtype {p.dtype.short}, got "
+                f"{tuple(y.shape)} {y.dtype}"
             )
-        xv, yv = device_view(x, p.dtype), device_view(y, p.dtype)
-        if workspace is None:
-            workspace = cupy.empty(plan.workspace_bytes, dtype=cupy.uint8)
-        if U is None:
-            if w is None:
-                raise ValueError("run: pass the filter w, or U from plan.transform_filter(w)")
-            U = self.transform_filter(plan, w, workspace)
-        u, fs = U
-        for start, images in plan.chunks:
-            views = self.workspace(plan, workspace, images)
-            xs, ys = xv[start : start + images], yv[start : start + images]
-            ts = views.get("ts")
-            for step in plan.chunk_steps[images]:
-                if isinstance(step, GemmStep):
-                    self.gemm(step, views["V"], u, views["M"])
-                elif step.stage is Stage.PRESCALE:
-                    self.launch(plan, step, xs, ts)
-                elif step.stage is Stage.INPUT:
-                    self.launch(plan, step, xs, views["V"], ts)
-                elif step.stage is Stage.OUTPUT:
-                    self.launch(plan, step, views["M"], fs, ts, ys)
-        return y
+        return y, device_view(y, p.dtype)
 
-    def gemm(self, step: GemmStep, V, U, M) -> None:
+    def filter_operand(self, plan: Plan, U):
+        try:
+            u, fs = U
+        except (TypeError, ValueError):
+            raise ValueError("U: pass the (U, fs) pair plan.transform_filter(w) returns") from None
+        layout = plan.layout()
+        for label, array in (("U", u), ("fs", fs)):
+            shape = layout[label][0]
+            if tuple(getattr(array, "shape", ())) != shape:
+                raise ValueError(
+                    f"U: {label} must have shape {list(shape)} (this plan's "
+                    f"transform_filter output), got {getattr(array, 'shape', None)}"
+                )
+        return u, fs
+
+    def gemm(self, step: GemmStep, V, U, M, images: int = 1) -> None:
         """Row-major M[P x Kg] = V[P x Cg] . U[Kg x Cg]^T per (bin, group), as column-major
         M^T = U . V^T: op(A) = U (A = U^T col-major, transposed), op(B) = V^T. Capturable into
-        a CUDA graph (wino.runtime.cublas)."""
+        a CUDA graph (wino.runtime.cublas). ``images`` is unused: one batched call per chunk."""
         if self._gemm is None:
             self._gemm = Gemm(self.cupy)
         m, n, k = step.n, step.m, step.k

@@ -9,10 +9,10 @@ import numpy as np
 
 from .. import cache
 from ..launch import kernarg_names
-from ..vocab import Stage
+from ..vocab import DType
 from .arrays import numpy_dtype
-from .backends import carve, check_operands, kind_of
-from .plan import GemmStep, KernelStep, Plan, plan_layout
+from .backends import Backend, kind_of
+from .plan import GemmStep, KernelStep, Plan
 
 ALIGN = 16  # the widest vector load or store the kernels make (bytes)
 
@@ -56,9 +56,9 @@ def args_struct(kind: str) -> type[ctypes.Structure]:
     return type(f"Args_{kind}", (ctypes.Structure,), {"_fields_": fields})
 
 
-class HostBackend:
+class HostBackend(Backend):
     def __init__(self, manifest: cache.Manifest):
-        self.manifest = manifest
+        super().__init__(manifest)
         self._functions: dict[str, ctypes._CFuncPtr] = {}
 
     def function(self, name: str):
@@ -77,11 +77,10 @@ class HostBackend:
             ctypes.byref(args), *pointers, ctypes.c_uint(gx), ctypes.c_uint(gy)
         )
 
-    # Workspace ---------------------------------------------------------------------------------
-    def workspace(self, plan: Plan, workspace, images: int) -> dict[str, np.ndarray]:
-        """Views of the workspace buffers for a chunk of ``images`` images."""
+    # Array primitives --------------------------------------------------------------------------
+    def raw_workspace(self, plan: Plan, workspace) -> np.ndarray:
         if workspace is None:
-            workspace = np.empty(plan.workspace_bytes, dtype=np.uint8)
+            return np.empty(plan.workspace_bytes, dtype=np.uint8)
         if (
             not isinstance(workspace, np.ndarray)
             or not workspace.flags.c_contiguous
@@ -91,56 +90,22 @@ class HostBackend:
                 f"workspace: expected a writeable, C-contiguous, {ALIGN}-byte "
                 f"aligned numpy array of at least {plan.workspace_bytes} bytes"
             )
-        raw = workspace.view(np.uint8).reshape(-1)
-        views = {}
-        layout = plan_layout(plan.problem, plan.tile, plan.specs, images)
-        for name, (offset, shape, dtype, count) in carve(layout, raw.size).items():
-            nbytes = count * dtype.itemsize
-            views[name] = raw[offset : offset + nbytes].view(numpy_dtype(dtype)).reshape(shape)
-        return views
+        return workspace.view(np.uint8).reshape(-1)
 
-    # Running -----------------------------------------------------------------------------------
-    def transform_filter(self, plan: Plan, w, workspace=None):
-        check_operands(plan, None, w)
-        views = self.workspace(plan, workspace, plan.batch_split)
-        U, fs = views["U"], views["fs"]
-        if workspace is None:
-            U, fs = U.copy(), fs.copy()
-        k1 = next(s for s in plan.steps if s.stage is Stage.FILTER)
-        self.launch(plan, k1, _aligned(w), U, fs)
-        return U, fs
+    def typed_view(self, raw, offset: int, count: int, dtype: DType, shape) -> np.ndarray:
+        nbytes = count * dtype.itemsize
+        return raw[offset : offset + nbytes].view(numpy_dtype(dtype)).reshape(shape)
 
-    def run(self, plan: Plan, x, w, y, workspace, U):
-        check_operands(plan, x, w)
+    def operand(self, array, dtype: DType) -> np.ndarray:
+        return _aligned(array)
+
+    def output(self, plan: Plan, x, y) -> tuple[np.ndarray, np.ndarray]:
         p = plan.problem
-        x = _aligned(x)
         shape, dtype = (p.N, p.Ho, p.Wo, p.K), numpy_dtype(p.dtype)
         y = np.empty(shape, dtype=dtype) if y is None else _writable("y", y, shape, dtype)
-        if workspace is None:
-            workspace = np.empty(plan.workspace_bytes, dtype=np.uint8)
-        if U is None:
-            if w is None:
-                raise ValueError("run: pass the filter w, or U from plan.transform_filter(w)")
-            U = self.transform_filter(plan, w, workspace)
-        u, fs = self._filter_operand(plan, U)
-        for start, images in plan.chunks:
-            views = self.workspace(plan, workspace, images)
-            xs, ys = x[start : start + images], y[start : start + images]
-            ts = views.get("ts")
-            for step in plan.chunk_steps[images]:
-                if isinstance(step, GemmStep):
-                    self.gemm(step, views["V"], u, views["M"], images)
-                elif step.stage is Stage.PRESCALE:
-                    self.launch(plan, step, xs, ts)
-                elif step.stage is Stage.INPUT:
-                    self.launch(plan, step, xs, views["V"], ts)
-                elif step.stage is Stage.OUTPUT:
-                    self.launch(plan, step, views["M"], fs, ts, ys)
-        return y
+        return y, y
 
-    @staticmethod
-    def _filter_operand(plan: Plan, U) -> tuple[np.ndarray, np.ndarray]:
-        """(U, fs) from plan.transform_filter, checked against this plan's layout."""
+    def filter_operand(self, plan: Plan, U) -> tuple[np.ndarray, np.ndarray]:
         try:
             u, fs = U
         except (TypeError, ValueError):
