@@ -18,31 +18,14 @@ from wino.runtime.plan import default_tile
 from wino.specs import RtInputSpec
 from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Tile
 
+from .runtime_fixtures import issue_bound
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a CUDA device"),
     pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to build the cubins"),
 ]
 
-# max|out - ref| / max|ref| bounds per tile family and dtype (issue 4), fp16 transformed storage
-# for bf16 (the default pick).
-BOUNDS = {
-    "F2x2": {"fp32": 2e-6, "fp16": 2e-3, "bf16": 1.5e-2},
-    "F4x2": {"fp32": 1e-5, "fp16": 1e-2, "bf16": 6e-2},
-    "F4x4": {"fp32": 4e-5, "fp16": 3e-2, "bf16": 2e-2},
-    "F6x6": {"fp32": 6e-5, "fp16": 4e-2, "bf16": 4e-2},
-}
-FAMILY = {
-    "F2x2": "F2x2",
-    "F4x2": "F4x2",
-    "F2x4": "F4x2",
-    "F6x2": "F4x2",
-    "F2x6": "F4x2",
-    "F4x4": "F4x4",
-    "F6x4": "F4x4",
-    "F4x6": "F4x4",
-    "F6x6": "F6x6",
-}
 DTYPES = ("fp32", "fp16", "bf16")
 BASE = Problem(N=3, C=64, H=29, W=23, K=48, pad_h=1, pad_w=1)
 CASES = [
@@ -152,7 +135,7 @@ def _all_written(plan, views):
 def test_every_tile_and_dtype(gpu_cache, tile, dtype):
     problem = _with(BASE, dtype)
     plan, err, views = _run(problem, gpu_cache, Tile.parse(tile))
-    assert err <= BOUNDS[FAMILY[tile]][dtype], f"{tile} {dtype}: {err:.3e}"
+    assert err <= issue_bound(plan.tile, problem.dtype, plan.xdtype), f"{tile} {dtype}: {err:.3e}"
     _all_written(plan, views)
 
 
@@ -161,22 +144,24 @@ def test_every_tile_and_dtype(gpu_cache, tile, dtype):
 def test_shapes(gpu_cache, case, dtype):
     problem = _with(case, dtype)
     plan, err, views = _run(problem, gpu_cache)
-    assert err <= BOUNDS[FAMILY[plan.tile.name]][dtype], f"{plan.tile} {dtype}: {err:.3e}"
+    bound = issue_bound(plan.tile, problem.dtype, plan.xdtype)
+    assert err <= bound, f"{plan.tile} {dtype}: {err:.3e}"
     _all_written(plan, views)
 
 
 @pytest.mark.parametrize("k2", _lds_specs() + _vec1_split(), ids=lambda s: s.name)
 def test_forced_lds_and_split(gpu_cache, k2):
     problem = _with(BASE, k2.io.short)
-    bound = BOUNDS[FAMILY[k2.tile.name]][k2.io.short]
-    if k2.xdtype is DType.BF16:
-        bound = 0.2
+    bound = issue_bound(k2.tile, k2.io, k2.xdtype)
     plan, err, views = _run(problem, gpu_cache, k2.tile, specs=_forced(problem, k2))
     assert err <= bound, f"{k2.name}: {err:.3e}"
     _all_written(plan, views)
 
 
-def test_batch_split_matches_unsplit(gpu_cache):
+def test_batch_split_verifies(gpu_cache):
+    """N = 5 in chunks of 2, 2 and 1 (cuBLAS may round a 2-image chunk differently from a
+    5-image run, so this checks the bound, not bit equality as the host suite does)."""
     problem = _with(BASE, "fp16").with_batch(5)
-    _, err_split, _ = _run(problem, gpu_cache, Tile(4, 4), batch_split=2)
-    assert err_split <= BOUNDS["F4x4"]["fp16"]
+    plan, err_split, _ = _run(problem, gpu_cache, Tile(4, 4), batch_split=2)
+    assert plan.chunks == [(0, 2), (2, 2), (4, 1)]
+    assert err_split <= issue_bound(Tile(4, 4), DType.FP16, DType.FP16)
