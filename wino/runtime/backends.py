@@ -98,8 +98,8 @@ class Backend:
         """(what run returns, what the kernels write): y checked, or allocated like x."""
         raise NotImplementedError
 
-    def filter_operand(self, plan, U) -> tuple[Any, Any]:
-        """(U, fs) from plan.transform_filter, checked against this plan."""
+    def holds(self, array, shape: tuple[int, ...], dtype: DType) -> bool:
+        """Whether ``array`` is this backend's array of that shape and dtype."""
         raise NotImplementedError
 
     def launch(self, plan, step, *buffers) -> None:
@@ -109,6 +109,23 @@ class Backend:
         raise NotImplementedError
 
     # Shared ----------------------------------------------------------------------------------
+    def filter_operand(self, plan, U) -> tuple[Any, Any]:
+        """(U, fs) from plan.transform_filter, checked against this plan's layout."""
+        try:
+            u, fs = U
+        except (TypeError, ValueError):
+            raise ValueError("U: pass the (U, fs) pair plan.transform_filter(w) returns") from None
+        layout = plan.layout()
+        for label, array in (("U", u), ("fs", fs)):
+            shape, dtype = layout[label]
+            if not self.holds(array, shape, dtype):
+                raise ValueError(
+                    f"U: {label} must be {list(shape)} {dtype.short} (this plan's "
+                    f"transform_filter output), got {getattr(array, 'shape', None)} "
+                    f"{getattr(array, 'dtype', '')}"
+                )
+        return self.operand(u, layout["U"][1]), self.operand(fs, layout["fs"][1])
+
     def workspace(self, plan, workspace, images: int) -> dict[str, Any]:
         """Typed views of the workspace buffers for a chunk of ``images`` images."""
         from .plan import plan_layout

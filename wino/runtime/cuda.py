@@ -117,20 +117,9 @@ class CudaBackend(Backend):
             )
         return y, device_view(y, p.dtype)
 
-    def filter_operand(self, plan: Plan, U):
-        try:
-            u, fs = U
-        except (TypeError, ValueError):
-            raise ValueError("U: pass the (U, fs) pair plan.transform_filter(w) returns") from None
-        layout = plan.layout()
-        for label, array in (("U", u), ("fs", fs)):
-            shape = layout[label][0]
-            if tuple(getattr(array, "shape", ())) != shape:
-                raise ValueError(
-                    f"U: {label} must have shape {list(shape)} (this plan's "
-                    f"transform_filter output), got {getattr(array, 'shape', None)}"
-                )
-        return u, fs
+    def holds(self, array, shape: tuple[int, ...], dtype: DType) -> bool:
+        itemsize = getattr(getattr(array, "dtype", None), "itemsize", None)
+        return tuple(getattr(array, "shape", ())) == shape and itemsize == dtype.itemsize
 
     def gemm(self, step: GemmStep, V, U, M, images: int = 1) -> None:
         """Row-major M[P x Kg] = V[P x Cg] . U[Kg x Cg]^T per (bin, group), as column-major

@@ -105,25 +105,12 @@ class HostBackend(Backend):
         y = np.empty(shape, dtype=dtype) if y is None else _writable("y", y, shape, dtype)
         return y, y
 
-    def filter_operand(self, plan: Plan, U) -> tuple[np.ndarray, np.ndarray]:
-        try:
-            u, fs = U
-        except (TypeError, ValueError):
-            raise ValueError("U: pass the (U, fs) pair plan.transform_filter(w) returns") from None
-        layout = plan.layout()
-        for label, array in (("U", u), ("fs", fs)):
-            shape, dtype = layout[label]
-            if (
-                not isinstance(array, np.ndarray)
-                or tuple(array.shape) != shape
-                or (array.dtype != numpy_dtype(dtype))
-            ):
-                raise ValueError(
-                    f"U: {label} must be {list(shape)} {dtype.short} (this "
-                    "plan's transform_filter output), got "
-                    f"{getattr(array, 'shape', None)} {getattr(array, 'dtype', '')}"
-                )
-        return _aligned(u), _aligned(fs)
+    def holds(self, array, shape: tuple[int, ...], dtype: DType) -> bool:
+        return (
+            isinstance(array, np.ndarray)
+            and tuple(array.shape) == shape
+            and array.dtype == numpy_dtype(dtype)
+        )
 
     @staticmethod
     def gemm(step: GemmStep, V: np.ndarray, U: np.ndarray, M: np.ndarray, images: int) -> None:
