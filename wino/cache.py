@@ -35,10 +35,16 @@ from .vocab import Target
 MANIFEST = "manifest.json"
 
 
-def cache_root(root: Path | None = None) -> Path:
-    """build/cache/v<FORMAT> (override the build folder with WINO_BUILD)."""
-    base = Path(os.environ.get("WINO_BUILD", root or config.ROOT / "build"))
-    return base / "cache" / f"v{FORMAT}"
+def build_folder(root: Path | str | None = None) -> Path:
+    """The build folder: the ``root`` given, else $WINO_BUILD, else <project>/build."""
+    if root is not None:
+        return Path(root)
+    return Path(os.environ.get("WINO_BUILD", config.ROOT / "build"))
+
+
+def cache_root(root: Path | str | None = None) -> Path:
+    """<build folder>/cache/v<FORMAT>."""
+    return build_folder(root) / "cache" / f"v{FORMAT}"
 
 
 def flavor_dir(target: Target, flavor: str, root: Path | None = None) -> Path:

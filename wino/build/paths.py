@@ -1,4 +1,4 @@
-"""Where the build writes: the build folder (``WINO_BUILD`` or ``<root>/build``) and what lives
+"""Where the build writes: the build folder (wino.cache.build_folder) and what lives
 under it besides the cache (wino.cache owns ``cache/v<FORMAT>/``)."""
 
 from __future__ import annotations
@@ -6,15 +6,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import config
+from ..cache import build_folder
 from ..vocab import Target
 
 SOURCE_EXT = {Target.C: "c", Target.CUDA: "cu", Target.HIP: "hip"}
 
 
 def build_dir(root: Path | str | None = None) -> Path:
-    """The build folder; the same precedence as wino.cache.cache_root (WINO_BUILD first)."""
-    return Path(os.environ.get("WINO_BUILD", root or config.ROOT / "build"))
+    """The build folder: the ``root`` given, else $WINO_BUILD, else <project>/build."""
+    return build_folder(root)
 
 
 def source_path(target: Target, name: str, root: Path | str | None = None) -> Path:
