@@ -250,6 +250,17 @@ def test_no_cache_names_the_build_command(tmp_path):
         dispatch(rf.EXTRA[2].problem, target="c", cache_root=tmp_path)
 
 
+def test_index_limit_is_checked_against_the_tile_that_runs(tmp_path):
+    """4 H W C elements of V at F2x2 pass 2^31 here, 2.25 H W C at F4x4 (the default) do not:
+    the F4x4 dispatch gets past the refusal rules (to the missing cache), F2x2 is refused."""
+    big = Problem(N=1, C=768, H=1024, W=1024, K=8, pad_h=1, pad_w=1, dtype="fp16")
+    with pytest.raises(FileNotFoundError):
+        dispatch(big, target="c", cache_root=tmp_path)
+    with pytest.raises(Refused) as refused:
+        dispatch(big, target="c", cache_root=tmp_path, tile=Tile(2, 2))
+    assert refused.value.rule == "index_past_31_bits"
+
+
 # Caller specs ----------------------------------------------------------------------------------
 def test_caller_specs_set_the_tile(root):
     case = next(c for c in rf.forced_cases() if c.label == "split")

@@ -249,14 +249,15 @@ def dispatch(
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm {algorithm!r}: expected one of {ALGORITHMS}")
     tile = Tile.parse(tile) if isinstance(tile, str) else tile
-    check_problem(problem, tile)
     target = _pick_target(target)
-    manifest = cache.find_manifest(target, cache_root)
-    source = "caller"
     if specs is not None:
         tile = _specs_tile(specs, tile)
     else:
         tile = tile or tuning.best_tile(problem, target, cache_root) or default_tile(problem)
+    check_problem(problem, tile)  # the index rule against the tile that will run
+    manifest = cache.find_manifest(target, cache_root)
+    source = "caller"
+    if specs is None:
         specs, source = tuning.lookup(problem, target, tile, cache_root), "tuning DB"
     if specs is None:
         specs, source = default_stage_specs(problem, tile), "default pick"
