@@ -9,6 +9,7 @@ derived sizes below, and the file's params.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
@@ -194,24 +195,9 @@ def tiles_per_image(problem: Problem, tile: Tile) -> int:
 def problem_namespace(problem: Problem, tile: Tile | None = None) -> dict[str, Any]:
     params, _ = rule_book()
     ns = dict(params)
-    for name in (
-        "N",
-        "C",
-        "H",
-        "W",
-        "K",
-        "R",
-        "S",
-        "pad_h",
-        "pad_w",
-        "stride_h",
-        "stride_w",
-        "dil_h",
-        "dil_w",
-        "groups",
-        "direction",
-    ):
-        ns[name] = getattr(problem, name)
+    for field in dataclasses.fields(problem):
+        if field.type == "int":  # every extent, pad, stride, dilation, groups, direction
+            ns[field.name] = getattr(problem, field.name)
     ns.update(dtype=problem.dtype.short, Cg=problem.Cg, Kg=problem.Kg)
     if problem.R == 3 and problem.S == 3 and problem.stride_h == 1 and problem.stride_w == 1:
         ns["Ho"], ns["Wo"] = problem.Ho, problem.Wo
