@@ -22,11 +22,6 @@ def root(tmp_path_factory):
     return rf.host_cache(tmp_path_factory)
 
 
-@pytest.fixture(autouse=True)
-def _no_build_override(monkeypatch):
-    monkeypatch.delenv("WINO_BUILD", raising=False)
-
-
 def _arrays(problem, seed=0):
     return rf.inputs(problem, np.random.default_rng(seed))
 

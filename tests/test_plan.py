@@ -26,11 +26,6 @@ def root(tmp_path_factory):
     return rf.host_cache(tmp_path_factory)
 
 
-@pytest.fixture(autouse=True)
-def _no_build_override(monkeypatch):
-    monkeypatch.delenv("WINO_BUILD", raising=False)  # it would override cache_root
-
-
 def _tiles(problem: Problem, tile: Tile) -> int:
     """P = N * dil_h * ceil(ceil(Ho/dil_h)/mh) * dil_w * ceil(ceil(Wo/dil_w)/mw)."""
     th = problem.dil_h * math.ceil(math.ceil(problem.Ho / problem.dil_h) / tile.mh)

@@ -31,11 +31,6 @@ def root(tmp_path_factory):
     return rf.host_cache(tmp_path_factory)
 
 
-@pytest.fixture(autouse=True)
-def _no_build_override(monkeypatch):
-    monkeypatch.delenv("WINO_BUILD", raising=False)
-
-
 # Bounds ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("tile", TILES, ids=lambda t: t.name)
 def test_bounds_are_at_least_as_tight_as_the_issue(tile):

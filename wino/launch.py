@@ -25,7 +25,7 @@ from typing import Any
 from . import grid
 from .magic import INDEX_LIMIT, magic_div
 from .problem import Problem
-from .refusals import Refused, check_fit, rule_book, tiles_per_image
+from .refusals import Refused, check_fit, lds_bytes, rule_book, tiles_per_image
 from .specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec, StageSpec
 from .vocab import VECS, DType, K2Path, Prescale, Stage, Tile
 
@@ -190,8 +190,6 @@ def _k2_lds(spec, problem, tg, lanes, base):
     regions = _ceil_div(tg.twp, spec.lds_width)
     chunks = _ceil_div(problem.Cg, spec.lds_lanes * spec.vec)
     grid_x = problem.N * tg.TH * problem.dil_w * regions
-    from .refusals import lds_bytes
-
     geometry = ((grid_x, problem.groups * chunks, 1), (spec.block, 1, 1), lds_bytes(spec))
     return geometry, {"RW": regions, "CH": chunks, "grid_y": problem.groups * chunks}
 

@@ -5,16 +5,13 @@ filter transform and the chunk loop (``Backend``). A backend supplies the array 
 from __future__ import annotations
 
 import functools
-from functools import lru_cache
 from typing import Any
 
 from .. import cache
-from ..launch import kernarg_kind
-from ..specs import StageSpec
 from ..vocab import DType, Stage, Target
 
 
-@lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=1)
 def cuda_available() -> bool:
     """CuPy importable and at least one CUDA device present."""
     try:
@@ -70,10 +67,6 @@ def carve(layout, total_bytes: int):
     if at > total_bytes:
         raise ValueError(f"workspace: {total_bytes} bytes given, {at} needed")
     return offsets
-
-
-def kind_of(spec: StageSpec) -> str:
-    return kernarg_kind(spec)
 
 
 class Backend:

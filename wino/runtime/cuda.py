@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from .. import cache
-from ..launch import kernarg_names
+from ..launch import kernarg_kind, kernarg_names
 from ..vocab import DType
 from .arrays import dtype_of, is_torch
-from .backends import Backend, kind_of
+from .backends import Backend
 from .cublas import CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F, Gemm
 from .plan import GemmStep, KernelStep, Plan
 
@@ -78,7 +78,7 @@ class CudaBackend(Backend):
 
     def launch(self, plan: Plan, step: KernelStep, *buffers) -> None:
         spec = plan.specs[step.stage]
-        args = np.array(tuple(step.launch.kernargs.values()), dtype=args_dtype(kind_of(spec)))
+        args = np.array(tuple(step.launch.kernargs.values()), dtype=args_dtype(kernarg_kind(spec)))
         pointers = [b if b is not None else self._dummy for b in buffers]
         self.function(step.name)(step.launch.grid, step.launch.block, (args[()], *pointers))
 

@@ -8,10 +8,10 @@ import functools
 import numpy as np
 
 from .. import cache
-from ..launch import kernarg_names
+from ..launch import kernarg_kind, kernarg_names
 from ..vocab import DType
 from .arrays import numpy_dtype
-from .backends import Backend, kind_of
+from .backends import Backend
 from .plan import GemmStep, KernelStep, Plan
 
 ALIGN = 16  # the widest vector load or store the kernels make (bytes)
@@ -70,7 +70,7 @@ class HostBackend(Backend):
 
     def launch(self, plan: Plan, step: KernelStep, *buffers: np.ndarray | None) -> None:
         spec = plan.specs[step.stage]
-        args = args_struct(kind_of(spec))(*step.launch.kernargs.values())
+        args = args_struct(kernarg_kind(spec))(*step.launch.kernargs.values())
         pointers = [ctypes.c_void_p(b.ctypes.data if b is not None else 0) for b in buffers]
         gx, gy, _ = step.launch.grid
         self.function(step.name)(
