@@ -23,10 +23,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import grid
+from .fused import FusedBudget
 from .magic import INDEX_LIMIT, magic_div
 from .problem import Problem
 from .refusals import Refused, check_fit, lds_bytes, rule_book, tiles_per_image
-from .specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec, StageSpec
+from .specs import (
+    RtFilterSpec,
+    RtInputSpec,
+    RtOutputSpec,
+    RtPrescaleSpec,
+    StageSpec,
+)
 from .vocab import VECS, DType, K2Path, Prescale, Stage, Tile
 
 FORMAT = 1  # the kernarg ABI version: bump when KERNARG_FIELDS or a buffer layout changes
@@ -56,6 +63,19 @@ KERNARG_FIELDS: dict[str, tuple[str, ...]] = {
         *_TILE_DECODE,
         "has_tile_scale",
     ),
+    "kf": (
+        "P",
+        "C",
+        "K",
+        "Cg",
+        "Kg",
+        "G",
+        "KB",
+        *_INPUT_WINDOW,
+        "Ho",
+        "Wo",
+        *_TILE_DECODE,
+    ),
 }
 #: Divisors each stage kind needs as magic pairs (appended to its fields as m_X, s_X).
 KERNARG_MAGICS: dict[str, tuple[str, ...]] = {
@@ -65,6 +85,7 @@ KERNARG_MAGICS: dict[str, tuple[str, ...]] = {
     "k2_fused": ("lanes", "Cg", *_TILE_DECODE),
     "k2_lds": ("RW", "dil_w", *_TILE_DECODE, "CH"),
     "k4": ("lanes", "Kg", *_TILE_DECODE),
+    "kf": ("KB", *_TILE_DECODE),
 }
 
 
@@ -105,6 +126,7 @@ class Launch:
     block: tuple[int, int, int]
     kernargs: dict[str, int]  # in ABI order
     shared_bytes: int = 0
+    dynamic_shared: bool = False  # shared_bytes is dynamic (passed at launch), not static
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -141,7 +163,8 @@ def stage_launch(spec: StageSpec, problem: Problem, *, tile_scale: bool = True) 
         has_tile_scale=int(tile_scale),
     )
     channels = problem.K if isinstance(spec, RtOutputSpec) else problem.C
-    lanes = channels // spec.vec if not isinstance(spec, RtFilterSpec) else problem.Cg // spec.vec
+    vec = getattr(spec, "vec", 1)  # KF has no channel vector
+    lanes = channels // vec if not isinstance(spec, RtFilterSpec) else problem.Cg // vec
     geometry, derived = _GEOMETRY[kind](spec, problem, tg, lanes, base)
     bins = spec.tile.bins
     derived.setdefault("grid_y", geometry[0][1])
@@ -163,7 +186,7 @@ def stage_launch(spec: StageSpec, problem: Problem, *, tile_scale: bool = True) 
         magic, shift = magic_div(int(args[divisor]))
         kernargs[f"m_{divisor}"], kernargs[f"s_{divisor}"] = magic, shift
     grid_dims, block_dims, shared = geometry
-    return Launch(grid_dims, block_dims, kernargs, shared)
+    return Launch(grid_dims, block_dims, kernargs, shared, dynamic_shared=kind == "kf")
 
 
 def _k1(spec, problem, tg, lanes, base):
@@ -199,6 +222,13 @@ def _k4(spec, problem, tg, lanes, base):
     return ((_ceil_div(total, spec.block), 1, 1), (spec.block, 1, 1), 0), {"total": total}
 
 
+def _kf(spec, problem, tg, lanes, base):
+    kblocks = _ceil_div(problem.Kg, spec.kblock)
+    grid_dims = (_ceil_div(tg.P, spec.tiles), problem.groups * kblocks, 1)
+    geometry = (grid_dims, (spec.block, 1, 1), FusedBudget.of(spec).smem_bytes)
+    return geometry, {"KB": kblocks, "grid_y": grid_dims[1]}
+
+
 _GEOMETRY = {
     "k1": _k1,
     "k2a": _k2a,
@@ -206,6 +236,7 @@ _GEOMETRY = {
     "k2_fused": _k2_fused,
     "k2_lds": _k2_lds,
     "k4": _k4,
+    "kf": _kf,
 }
 
 
@@ -341,6 +372,53 @@ def default_stage_specs(
         (RtOutputSpec(tile, dtype, DType.FP32, v, 256) for v in _vecs_dividing(problem.Kg)), probe
     )
     return dict(sorted(picks.items(), key=lambda item: grid.GRID_STAGES.index(item[0])))
+
+
+def default_mdtype(dtype: DType) -> DType:
+    """The fused kernel's MMA operand dtype: fp16 for both 16-bit io dtypes (bf16 io with fp16
+    operands and the tile scale is about 8x more accurate than bf16 operands, as K2's storage)."""
+    if dtype is DType.FP32:
+        raise Refused(
+            "fused_io_fp32",
+            "the fused kernel multiplies on fp16/bf16 tensor cores; fp32 io has no fused "
+            "kernel: use the unfused plan (algorithm='unfused')",
+        )
+    return DType.FP16
+
+
+def default_fused_specs(
+    problem: Problem, tile: Tile, dtype: DType | None = None, mdtype: DType | None = None
+) -> dict[Stage, StageSpec]:
+    """The default fused2d_rt pick: K1 (U in the MMA dtype), K2a when the MMA operands are
+    fp16 (split prescale), and the first grid KF spec of the tile and dtypes that fits (the
+    grid's declaration order is the preference). Raises Refused when nothing fits."""
+    dtype = dtype or problem.dtype
+    mdtype = mdtype or default_mdtype(dtype)
+    probe = replace(problem, N=1, dtype=dtype)
+    fused = grid.aot_stage_specs(Stage.FUSED)
+    candidates = [s for s in fused if s.tile == tile and s.io is dtype and s.mdtype is mdtype]
+    if not candidates:
+        tiles = sorted({s.tile.name for s in fused if s.io is dtype and s.mdtype is mdtype})
+        raise Refused(
+            "fused_no_kernel",
+            f"the grid has no fused kernel for tile {tile.name}, io {dtype.short}, MMA "
+            f"dtype {mdtype.short}; fused tiles for these dtypes: {', '.join(tiles) or 'none'}."
+            " Pass one of those tiles, algorithm='unfused', or add a kf sub-grid to "
+            "grids/stages.yaml and rebuild",
+        )
+    kf = _first_fit(candidates, probe)
+    picks: dict[Stage, StageSpec] = {
+        Stage.FILTER: _first_fit(
+            (RtFilterSpec(tile, dtype, mdtype, v, 256, 1) for v in _vecs_dividing(problem.Cg)),
+            probe,
+        )
+    }
+    if kf.prescale is Prescale.SPLIT:
+        picks[Stage.PRESCALE] = _first_fit(
+            (RtPrescaleSpec(tile, dtype, v, 256) for v in _vecs_dividing(problem.C)), probe
+        )
+    picks[Stage.FUSED] = kf
+    return picks
 
 
 def rule_params() -> dict[str, int]:

@@ -16,7 +16,8 @@ from typing import Any
 
 from . import config
 from .problem import Problem
-from .specs import RtInputSpec, StageSpec
+from .fused import fused_namespace
+from .specs import RtFusedSpec, RtInputSpec, StageSpec
 from .vocab import TILES, K2Path, Tile
 
 
@@ -169,6 +170,8 @@ def spec_namespace(spec: StageSpec) -> dict[str, Any]:
     )
     if isinstance(spec, RtInputSpec):
         ns["lds_bytes"] = lds_bytes(spec)
+    if isinstance(spec, RtFusedSpec):
+        ns.update(fused_namespace(spec))
     return ns
 
 

@@ -119,13 +119,43 @@ class RtOutputSpec(_Spec):
     block: int = 256
 
 
+@dataclass(frozen=True)
+class RtFusedSpec(_Spec):
+    """KF (fused2d_rt): a block of ``warps`` warps owns ``tiles`` output tiles x ``kblock``
+    output channels of one group and loops over C/G in chunks of ``cchunk``: input windows ->
+    input transform (fp32) -> ``mdtype`` operands in shared memory -> per bin an m16n8k16
+    tensor-core MMA against the U chunk (fp32 accumulators) -> output transform -> y.
+    ``prescale`` split reads the tile scales K2a wrote; ``stages`` is the pipeline depth."""
+
+    stage: ClassVar[Stage] = Stage.FUSED
+    tile: Tile = Tile(4, 4)
+    io: DType = DType.FP16
+    mdtype: DType = DType.FP16
+    tiles: int = 32
+    kblock: int = 16
+    cchunk: int = 16
+    warps: int = 8
+    stages: int = 1
+    prescale: Prescale = Prescale.SPLIT
+
+    @property
+    def block(self) -> int:
+        return self.warps * 32
+
+    @property
+    def xdtype(self) -> DType:
+        """U's storage dtype (K1's xdtype): the MMA operand dtype."""
+        return self.mdtype
+
+
 SPEC_CLASSES: dict[Stage, type] = {
     Stage.FILTER: RtFilterSpec,
     Stage.PRESCALE: RtPrescaleSpec,
     Stage.INPUT: RtInputSpec,
     Stage.OUTPUT: RtOutputSpec,
+    Stage.FUSED: RtFusedSpec,
 }
-StageSpec = RtFilterSpec | RtPrescaleSpec | RtInputSpec | RtOutputSpec
+StageSpec = RtFilterSpec | RtPrescaleSpec | RtInputSpec | RtOutputSpec | RtFusedSpec
 
 
 def kernel_name(spec: StageSpec) -> str:
@@ -145,6 +175,9 @@ def kernel_name(spec: StageSpec) -> str:
         return f"{head}_x{s.xdtype.short}_v{s.vec}_b{s.block}_{path}_p{s.prescale.short}"
     if isinstance(s, RtOutputSpec):
         return f"{head}_a{s.accdtype.short}_v{s.vec}_b{s.block}"
+    if isinstance(s, RtFusedSpec):
+        blocking = f"p{s.tiles}_k{s.kblock}_c{s.cchunk}_w{s.warps}_s{s.stages}"
+        return f"{head}_m{s.mdtype.short}_{blocking}_p{s.prescale.short}"
     raise TypeError(f"kernel_name: not a stage spec: {spec!r}")
 
 

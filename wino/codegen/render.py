@@ -14,7 +14,15 @@ import jinja2
 from ..config import ROOT
 from ..launch import kernarg_kind, kernarg_names, stage_launch
 from ..problem import Problem
-from ..specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec, StageSpec
+from ..fused import FusedBudget
+from ..specs import (
+    RtFilterSpec,
+    RtFusedSpec,
+    RtInputSpec,
+    RtOutputSpec,
+    RtPrescaleSpec,
+    StageSpec,
+)
 from ..vocab import DType, Target
 from .renderers import RENDERERS
 from .transforms import apply_2d, tile_matrices
@@ -25,6 +33,7 @@ TEMPLATE_OF = {
     RtPrescaleSpec: "k2a_prescale.j2",
     RtInputSpec: "k2_input.j2",
     RtOutputSpec: "k4_output.j2",
+    RtFusedSpec: "fused2d.j2",
 }
 
 
@@ -53,6 +62,14 @@ def buffer_params(spec: StageSpec) -> list[tuple[str, str]]:
         return [(f"const {raw(spec.io)}*", "x"), ("float*", "ts")]
     if isinstance(spec, RtInputSpec):
         return [(f"const {raw(spec.io)}*", "x"), (f"{raw(spec.xdtype)}*", "V"), ("float*", "ts")]
+    if isinstance(spec, RtFusedSpec):
+        return [
+            (f"const {raw(spec.io)}*", "x"),
+            (f"const {raw(spec.mdtype)}*", "U"),
+            ("const float*", "fs"),
+            ("const float*", "ts"),
+            (f"{raw(spec.io)}*", "y"),
+        ]
     return [
         (f"const {raw(spec.accdtype)}*", "M"),
         ("const float*", "fs"),
@@ -62,7 +79,7 @@ def buffer_params(spec: StageSpec) -> list[tuple[str, str]]:
 
 
 def _transform_lines(spec: StageSpec) -> dict[str, list[str]]:
-    tile, vec = spec.tile, spec.vec
+    tile, vec = spec.tile, getattr(spec, "vec", 1)
     mats = tile_matrices(tile.mh, tile.mw)
 
     def window(cols):
@@ -98,8 +115,9 @@ def render(spec: StageSpec, target: Target | str, baked: Problem | None = None) 
         ah=tile.ah,
         aw=tile.aw,
         bins=tile.bins,
-        vec=spec.vec,
+        vec=getattr(spec, "vec", 1),
         block=spec.block,
+        fused=FusedBudget.of(spec) if isinstance(spec, RtFusedSpec) else None,
         io=spec.io,
         xdtype=getattr(spec, "xdtype", None),
         accdtype=getattr(spec, "accdtype", None),

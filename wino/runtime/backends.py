@@ -158,7 +158,7 @@ class Backend:
         return y
 
     def run_chunk(self, plan, images: int, xs, ys, views, u, fs) -> None:
-        """K2a, K2, K3 and K4 of one batch chunk (K1 ran once before)."""
+        """K2a, K2, K3 and K4 (or K2a and KF) of one batch chunk (K1 ran once before)."""
         for _, launch in self.chunk_launches(plan, images, xs, ys, views, u, fs):
             launch()
 
@@ -177,6 +177,8 @@ class Backend:
                 args = (self.launch, plan, step, xs, views["V"], ts)
             elif step.stage is Stage.OUTPUT:
                 args = (self.launch, plan, step, views["M"], fs, ts, ys)
+            elif step.stage is Stage.FUSED:
+                args = (self.launch, plan, step, xs, u, fs, ts, ys)
             else:
                 continue  # K1 runs once per filter, not per chunk
             out.append((step.stage, functools.partial(*args)))

@@ -80,7 +80,13 @@ class CudaBackend(Backend):
         spec = plan.specs[step.stage]
         args = np.array(tuple(step.launch.kernargs.values()), dtype=args_dtype(kernarg_kind(spec)))
         pointers = [b if b is not None else self._dummy for b in buffers]
-        self.function(step.name)(step.launch.grid, step.launch.block, (args[()], *pointers))
+        function, launch = self.function(step.name), step.launch
+        if not launch.dynamic_shared:
+            function(launch.grid, launch.block, (args[()], *pointers))
+            return
+        if function.max_dynamic_shared_size_bytes < launch.shared_bytes:  # past 48 KB: opt in
+            function.max_dynamic_shared_size_bytes = launch.shared_bytes
+        function(launch.grid, launch.block, (args[()], *pointers), shared_mem=launch.shared_bytes)
 
     # Array primitives --------------------------------------------------------------------------
     def raw_workspace(self, plan: Plan, workspace):

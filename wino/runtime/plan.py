@@ -1,6 +1,7 @@
-"""``dispatch(problem)``: the unfused2d_rt plan assembled from the cache.
+"""``dispatch(problem)``: the unfused2d_rt or fused2d_rt plan assembled from the cache.
 
-A plan names its AOT binaries and their launches per batch chunk, the GEMM extents, the
+unfused2d_rt runs K1, (K2a,) K2, K3 and K4 with V and M in the workspace; fused2d_rt runs K1,
+(K2a,) and the fused kernel KF, which keeps V and M on chip. A plan names its AOT binaries and their launches per batch chunk, the GEMM extents, the
 workspace size and the batch split. It runs on the backend of its target (host C or CUDA).
 """
 
@@ -16,6 +17,7 @@ from ..launch import (
     Launch,
     TileGrid,
     batch_chunks,
+    default_fused_specs,
     default_stage_specs,
     largest_split,
     stage_launch,
@@ -28,7 +30,10 @@ from ..specs import RtInputSpec, StageSpec
 from ..vocab import DType, Prescale, Stage, Target, Tile
 from . import tuning
 
-ALGORITHMS = ("winograd_aot",)
+#: ``dispatch(algorithm=...)``: None (dispatch chooses), "unfused" (alias "winograd_aot", the
+#: original name) or "fused".
+ALGORITHMS = ("unfused", "fused", "winograd_aot")
+KIND_OF = {"unfused": "unfused2d_rt", "winograd_aot": "unfused2d_rt", "fused": "fused2d_rt"}
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,7 @@ class Plan:
     workspace_bytes: int
     source: str  # "tuning DB" or "default pick"
     kind: str = "unfused2d_rt"
+    reason: str = ""  # why this plan kind (plan.explain says it)
     _backend: Any = field(default=None, repr=False)
 
     @property
@@ -90,16 +96,21 @@ class Plan:
         return self.chunk_steps[self.chunks[0][1]]
 
     @property
+    def fused(self) -> bool:
+        return Stage.FUSED in self.specs
+
+    @property
     def xdtype(self) -> DType:
-        return self.specs[Stage.INPUT].xdtype
+        """U's (and V's, or the MMA operands') dtype."""
+        return self.specs[Stage.FILTER].xdtype
 
     @property
     def accdtype(self) -> DType:
-        return self.specs[Stage.OUTPUT].accdtype
+        return DType.FP32 if self.fused else self.specs[Stage.OUTPUT].accdtype
 
     @property
     def prescale(self) -> Prescale:
-        return self.specs[Stage.INPUT].prescale
+        return self.specs[Stage.FUSED if self.fused else Stage.INPUT].prescale
 
     def layout(self) -> dict[str, tuple[tuple[int, ...], DType]]:
         return plan_layout(self.problem, self.tile, self.specs, self.batch_split)
@@ -108,6 +119,7 @@ class Plan:
         lines = [
             f"plan {self.kind} for {self.problem.label()} on {self.target.value} "
             f"({self.manifest.flavor}), tile {self.tile.name}, specs from {self.source}",
+            f"  {self.kind}: {self.reason}",
             f"  batch split {self.batch_split}: chunks {self.chunks}",
             f"  workspace {self.workspace_bytes} bytes: "
             + ", ".join(
@@ -146,10 +158,15 @@ class Plan:
 
 
 def plan_layout(problem: Problem, tile: Tile, specs: dict[Stage, StageSpec], chunk: int):
-    k2 = specs[Stage.INPUT]
-    layout = workspace_layout(problem, tile, k2.xdtype, specs[Stage.OUTPUT].accdtype, chunk)
-    if k2.prescale is Prescale.NONE:
+    """The workspace buffers: U, fs, (ts,) V, M; the fused plan keeps V and M on chip."""
+    fused = Stage.FUSED in specs
+    main = specs[Stage.FUSED if fused else Stage.INPUT]
+    acc = DType.FP32 if fused else specs[Stage.OUTPUT].accdtype
+    layout = workspace_layout(problem, tile, specs[Stage.FILTER].xdtype, acc, chunk)
+    if main.prescale is Prescale.NONE:
         del layout["ts"]
+    if fused:
+        del layout["V"], layout["M"]
     return layout
 
 
@@ -161,6 +178,8 @@ def default_tile(problem: Problem) -> Tile:
 
 def _steps(problem: Problem, specs: dict[Stage, StageSpec], images: int) -> list[Step]:
     chunk = problem.with_batch(images)
+    if Stage.FUSED in specs:  # K1, (K2a,) KF
+        return [KernelStep(st, sp.name, stage_launch(sp, chunk)) for st, sp in specs.items()]
     k2: RtInputSpec = specs[Stage.INPUT]
     steps: list[Step] = []
     for stage, spec in specs.items():
@@ -195,24 +214,25 @@ def _specs_tile(specs: dict[Stage, StageSpec], tile: Tile | None) -> Tile:
 
 
 def _ordered(specs: dict[Stage, StageSpec]) -> dict[Stage, StageSpec]:
-    """The specs in pipeline order (K1, K2a, K2, K4), checked to make one pipeline: each under
-    its own stage, K2a exactly when K2 takes the split prescale, and K1 storing U in K2's
-    transformed dtype."""
+    """The specs in pipeline order (K1, K2a, K2, K4 or K1, K2a, KF), checked to make one
+    pipeline: each under its own stage, K2a exactly when K2 (or KF) takes the split prescale,
+    and K1 storing U in K2's transformed dtype (KF's MMA dtype)."""
     for stage, spec in specs.items():
         if not isinstance(stage, Stage) or spec.stage is not stage:
             raise ValueError(
                 f"dispatch: specs[{stage!r}] is a {spec.stage.short} spec "
                 f"({spec.name}); key each spec by its own Stage"
             )
-    need = {Stage.FILTER, Stage.INPUT, Stage.OUTPUT}
-    k2 = specs.get(Stage.INPUT)
+    fused = Stage.FUSED in specs
+    need = {Stage.FILTER, Stage.FUSED} if fused else {Stage.FILTER, Stage.INPUT, Stage.OUTPUT}
+    k2 = specs.get(Stage.FUSED if fused else Stage.INPUT)
     if k2 is not None and k2.prescale is Prescale.SPLIT:
         need.add(Stage.PRESCALE)
     if set(specs) != need:
         raise ValueError(
             f"dispatch: specs for stages {sorted(s.short for s in specs)}; this "
             f"pipeline needs exactly {sorted(s.short for s in need)} (k2a goes "
-            "with prescale split only)"
+            "with prescale split only; kf replaces k2 and k4)"
         )
     k1 = specs[Stage.FILTER]
     if k1.xdtype is not k2.xdtype:
@@ -231,10 +251,28 @@ def _pick_target(target: Target | str | None) -> Target:
     return Target.CUDA if cuda_available() else Target.C
 
 
+def _pick_algorithm(algorithm: str | None, specs) -> tuple[str, str]:
+    """(plan kind, why) from the caller's algorithm (and specs, whose stages decide it)."""
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        raise ValueError(
+            f"algorithm {algorithm!r}: expected one of {ALGORITHMS} or None (dispatch chooses)"
+        )
+    if specs is not None and algorithm is None:
+        if Stage.FUSED in specs:
+            return "fused2d_rt", "the caller's specs include a fused (kf) kernel"
+        return "unfused2d_rt", "the caller's specs are the unfused stages"
+    if algorithm is not None:
+        return KIND_OF[algorithm], f"forced by algorithm={algorithm!r}"
+    return "unfused2d_rt", (
+        "the default: fused2d_rt is chosen only with algorithm='fused' until a measured "
+        "crossover rule (H200) exists"
+    )
+
+
 def dispatch(
     problem: Problem,
     *,
-    algorithm: str = "winograd_aot",
+    algorithm: str | None = None,
     target: Target | str | None = None,
     tile: Tile | str | None = None,
     batch_split: int | None = None,
@@ -246,27 +284,40 @@ def dispatch(
 
     Raises Refused (with the rule id) for problems wino does not serve, KeyError naming a
     missing kernel and the command that builds it, FileNotFoundError when no cache exists."""
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm {algorithm!r}: expected one of {ALGORITHMS}")
+    kind, reason = _pick_algorithm(algorithm, specs)
+    fused = kind == "fused2d_rt"
     tile = Tile.parse(tile) if isinstance(tile, str) else tile
     target = _pick_target(target)
     if specs is not None:
         tile = _specs_tile(specs, tile)
+    elif fused:
+        tile = tile or default_tile(problem)
     else:
         tile = tile or tuning.best_tile(problem, target, cache_root) or default_tile(problem)
     check_problem(problem, tile)  # the index rule against the tile that will run
     manifest = cache.find_manifest(target, cache_root)
     source = "caller"
-    if specs is None:
+    if specs is None and not fused:
         specs, source = tuning.lookup(problem, target, tile, cache_root), "tuning DB"
     if specs is None:
-        specs, source = default_stage_specs(problem, tile), "default pick"
+        pick = default_fused_specs if fused else default_stage_specs
+        specs, source = pick(problem, tile), "default pick"
     specs = _ordered(specs)
+    if (Stage.FUSED in specs) != fused:
+        raise ValueError(
+            f"dispatch: algorithm={algorithm!r} asks for {kind} but the specs "
+            f"{[s.name for s in specs.values()]} make the other plan kind"
+        )
     for spec in specs.values():
         manifest.kernel(spec.name, verify=False)
-    k2 = specs[Stage.INPUT]
+    acc = DType.FP32 if fused else specs[Stage.OUTPUT].accdtype
+    # the fused workspace (U, fs, ts) hardly grows with the chunk: no workspace bisection
     limit_split = largest_split(
-        problem, tile, workspace_limit, k2.xdtype, specs[Stage.OUTPUT].accdtype
+        problem,
+        tile,
+        None if fused else workspace_limit,
+        specs[Stage.FILTER].xdtype,
+        acc,
     )
     split = limit_split if batch_split is None else batch_split
     chunks = batch_chunks(problem.N, split)
@@ -279,4 +330,6 @@ def dispatch(
             f"the workspace of {ws} bytes for a batch split of {split} exceeds the "
             f"limit of {workspace_limit} bytes; raise the limit or lower the split",
         )
-    return Plan(problem, target, tile, specs, manifest, split, chunks, chunk_steps, ws, source)
+    return Plan(
+        problem, target, tile, specs, manifest, split, chunks, chunk_steps, ws, source, kind, reason
+    )
