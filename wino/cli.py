@@ -262,7 +262,7 @@ def _dtype_pairs() -> list[tuple[DType, DType]]:
 def _tile_section() -> list[str]:
     variants = _k2_variants()
     header = ["tile", "io/xdtype", "k1"] + [f"k2 {p.short}/{m.short}" for p, m in variants]
-    header += ["k2a", "k4"]
+    header += ["k2a", "k4", "kf"]
     counts = Counter(_tile_key(spec) for spec in grid.aot_stage_specs())
     rows = []
     for tile in TILES:
@@ -270,12 +270,13 @@ def _tile_section() -> list[str]:
             cells = [counts[("k1", tile, io, xd)]]
             cells += [counts[("k2", tile, io, xd, p, m)] for p, m in variants]
             cells += [counts[("k2a", tile, io)], counts[("k4", tile, io)]]
+            cells += [counts[("kf", tile, io, xd)]]
             rows.append([tile.name, f"{io.short}/{xd.short}"] + [str(c or "-") for c in cells])
     legend = (
         "Specs per tile and dtype pair (io = input/output dtype, xdtype = transformed "
         "storage); K2 split by path (`reg` register window, `lds` shared-memory region) "
         "and prescale mode. K2a and K4 have no transformed dtype: their counts are per "
-        "io. `-`: none."
+        "io. KF (the fused kernel) counts under its MMA operand dtype. `-`: none."
     )
     return ["## Tiles and dtypes", "", legend, ""] + _table(header, rows)
 
