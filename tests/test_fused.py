@@ -75,7 +75,7 @@ def root(tmp_path_factory):
     folder = tmp_path_factory.mktemp("fused-cache")
     specs = set()
     for spec in FUSED:
-        for shape_id, fields in SHAPES:
+        for _, fields in SHAPES:
             specs.update(_pipeline(spec, _problem(spec.io, **fields)).values())
     host_cache.build(sorted(specs, key=lambda s: s.name), folder)
     return folder

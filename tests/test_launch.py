@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 
+from wino.grid import aot_stage_specs
 from wino.launch import (
     KERNARG_FIELDS,
     KERNARG_MAGICS,
@@ -32,7 +33,6 @@ from wino.problem import Problem
 from wino.refusals import Refused, check_spec
 from wino.specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec
 from wino.vocab import TILES, DType, Stage, Tile
-from wino.grid import aot_stage_specs
 
 
 def _ceil(a: int, b: int) -> int:

@@ -15,8 +15,8 @@ from functools import cache, lru_cache
 from typing import Any
 
 from . import config
-from .problem import Problem
 from .fused import fused_namespace
+from .problem import Problem
 from .specs import RtFusedSpec, RtInputSpec, StageSpec
 from .vocab import TILES, K2Path, Tile
 

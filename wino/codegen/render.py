@@ -12,9 +12,9 @@ from pathlib import Path
 import jinja2
 
 from ..config import ROOT
+from ..fused import FusedBudget
 from ..launch import kernarg_kind, kernarg_names, stage_launch
 from ..problem import Problem
-from ..fused import FusedBudget
 from ..specs import (
     RtFilterSpec,
     RtFusedSpec,
