@@ -198,7 +198,8 @@ BROKEN = [
     (dict(warps=5), "fused_units_not_even"),
     (dict(tiles=64, kblock=32), "fused_accumulators"),
     (dict(tile=Tile(6, 6), tiles=64, kblock=8, cchunk=128, warps=16), "fused_shared_memory"),
-    (dict(stages=2), "fused_stages_unsupported"),
+    (dict(stages=3), "fused_stages_unsupported"),
+    (dict(stages=0), "fused_stages_unsupported"),
 ]
 
 

@@ -2,8 +2,10 @@
 
 Shapes per block (tm = tiles, kb = kblock, cb = cchunk, A = bins; operands in mdtype, raw
 16-bit; rows padded by ``PAD`` elements so the MMA fragment loads hit distinct banks):
-  Xs [A][tm][cb + PAD]   the transformed input chunk       (MMA operand A, row-major)
-  Us [A][kb][cb + PAD]   the U chunk, U[a][k][c] as stored  (MMA operand B, column-major)
+  Xs [S][A][tm][cb + PAD]   the transformed input chunk       (MMA operand A, row-major)
+  Us [S][A][kb][cb + PAD]   the U chunk, U[a][k][c] as stored  (MMA operand B, column-major)
+(S = stages: with 2, chunk i + 1's U is copied asynchronously and its X transformed while warps
+still multiply chunk i.)
   Ms [A][tm][8]          fp32, one 8-channel slice of the accumulators on the way to the
                          output transform; it reuses the bytes of Xs and Us after the C loop.
 The accumulators are MMA tiles (bin, 16-tile row block, 8-channel column block): ``units`` of
@@ -39,7 +41,8 @@ class FusedBudget:
         ms = bins * spec.tiles * MMA_N
         units = bins * (spec.tiles // MMA_M) * (spec.kblock // MMA_N)
         per_warp = units // spec.warps if spec.warps > 0 and units % spec.warps == 0 else 0
-        smem = max((xs + us) * spec.mdtype.itemsize, ms * 4)
+        stages = max(spec.stages, 1)
+        smem = max((xs + us) * stages * spec.mdtype.itemsize, ms * 4)
         smem = -(-smem // 16) * 16
         return cls(lda, xs, us, ms, units, per_warp, 4 * per_warp, smem)
 

@@ -76,7 +76,9 @@ class Renderer:
     def args_source(self) -> str:
         return "A_in"
 
-    def kernel_begin(self, name: str, params: list[tuple[str, str]], block: int) -> str:
+    def kernel_begin(
+        self, name: str, params: list[tuple[str, str]], block: int, min_blocks: int = 0
+    ) -> str:
         raise NotImplementedError
 
     def shared(self, ctype: str, name: str, count: int) -> str:
@@ -186,7 +188,9 @@ class CRenderer(Renderer):
             for ctype, name in params
         )
 
-    def kernel_begin(self, name: str, params: list[tuple[str, str]], block: int) -> str:
+    def kernel_begin(
+        self, name: str, params: list[tuple[str, str]], block: int, min_blocks: int = 0
+    ) -> str:
         self.block = block
         return (
             f"static void {name}_block(const struct wino_args* A_in, {self._signature(params)},"
@@ -291,11 +295,14 @@ class CudaRenderer(Renderer):
             '{ asm volatile("cp.async.wait_group 0;" ::: "memory"); }'
         )
 
-    def kernel_begin(self, name: str, params: list[tuple[str, str]], block: int) -> str:
+    def kernel_begin(
+        self, name: str, params: list[tuple[str, str]], block: int, min_blocks: int = 0
+    ) -> str:
         self.block = block
         sig = ", ".join(f"{ctype} {self.restrict} {n}" for ctype, n in params)
+        bounds = f"{block}, {min_blocks}" if min_blocks else f"{block}"  # min blocks per SM
         return (
-            f'extern "C" __global__ void __launch_bounds__({block})\n'
+            f'extern "C" __global__ void __launch_bounds__({bounds})\n'
             f"{name}(const struct wino_args A_in, {sig})\n{{\n"
             f"  const struct wino_args A = {self.args_init()};\n"
             "  const unsigned bx = blockIdx.x, by = blockIdx.y, tid = threadIdx.x;\n"
@@ -317,7 +324,9 @@ class HipRenderer(Renderer):
         '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");'
     )
 
-    def kernel_begin(self, name: str, params: list[tuple[str, str]], block: int) -> str:
+    def kernel_begin(
+        self, name: str, params: list[tuple[str, str]], block: int, min_blocks: int = 0
+    ) -> str:
         self.block = block
         sig = ", ".join(f"{ctype} {self.restrict} {n}" for ctype, n in params)
         return (
