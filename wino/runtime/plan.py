@@ -1,9 +1,9 @@
 """``dispatch(problem)``: the unfused2d_rt or fused2d_rt plan assembled from the cache.
 
 unfused2d_rt runs K1, (K2a,) K2, K3 and K4 with V and M in the workspace; fused2d_rt runs K1,
-(K2a,) and the fused kernel KF, which keeps V and M on chip. A plan names its AOT binaries and
-their launches per batch chunk, the GEMM extents, the
-workspace size and the batch split. It runs on the backend of its target (host C or CUDA).
+(K2a,) and the fused kernel KF, which keeps V and M on chip (docs/FUSED.md). A plan names its
+AOT binaries and their launches per batch chunk, the GEMM extents, the workspace size and the
+batch split. It runs on the backend of its target (host C or CUDA).
 """
 
 from __future__ import annotations
