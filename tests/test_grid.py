@@ -8,10 +8,11 @@ from dataclasses import replace
 import pytest
 
 from wino import config, grid
+from wino.fused import FusedBudget
 from wino.launch import default_stage_specs, largest_split, stage_launch
 from wino.problem import Problem
 from wino.refusals import Refused, check_problem, lds_bytes, rule_book, rules, spec_namespace
-from wino.specs import RtInputSpec
+from wino.specs import RtFusedSpec, RtInputSpec
 from wino.vocab import TILES, VECS, DType, K2Path, Prescale, Stage, Tile
 
 STAGES = grid.GRID_STAGES
@@ -59,7 +60,11 @@ def test_accepted_specs_keep_the_hard_limits():
     params = rule_book()[0]
     for spec in grid.aot_stage_specs():
         assert 32 <= spec.block <= 1024 and spec.block % 32 == 0, spec.name
-        assert spec.vec in VECS
+        assert getattr(spec, "vec", 1) in VECS  # the fused kernel has no channel vector
+        if isinstance(spec, RtFusedSpec):  # the MMA shape and the sm_90 block budget
+            budget = FusedBudget.of(spec)
+            assert spec.tiles % 16 == 0 and spec.kblock % 8 == 0 and spec.cchunk % 16 == 0
+            assert budget.acc_per_thread <= 128 and budget.smem_bytes <= 227 * 1024, spec.name
         if isinstance(spec, RtInputSpec) and spec.path is K2Path.LDS:
             lanes = spec.lds_lanes
             assert lanes > 0 and lanes & (lanes - 1) == 0, spec.name
