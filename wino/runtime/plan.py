@@ -6,6 +6,7 @@ workspace size and the batch split. It runs on the backend of its target (host C
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,6 +232,16 @@ def _pick_target(target: Target | str | None) -> Target:
     return Target.CUDA if cuda_available() else Target.C
 
 
+#: Plans by everything that decides one: (key, (cache state, plan)); least recently used first.
+_PLANS: OrderedDict[tuple, tuple[tuple, Plan]] = OrderedDict()
+PLAN_CACHE_SIZE = 4096
+
+
+def clear_plan_cache() -> None:
+    """Forget every cached plan (the manifest and tuning-DB caches check the files anyway)."""
+    _PLANS.clear()
+
+
 def dispatch(
     problem: Problem,
     *,
@@ -244,18 +255,55 @@ def dispatch(
 ) -> Plan:
     """Assemble the plan for ``problem`` from the cache (no compiler involved).
 
-    Raises Refused (with the rule id) for problems wino does not serve, KeyError naming a
-    missing kernel and the command that builds it, FileNotFoundError when no cache exists."""
+    Plans are cached per process by every argument and by the state (path, mtime, size,
+    inode) of the manifest and tuning DB they were made from: a seen problem costs a few stat
+    calls and returns the same Plan object, whose backend, kernel handles and packed kernargs
+    are then reused. Raises Refused (with the rule id) for problems wino does not serve,
+    KeyError naming a missing kernel and the command that builds it, FileNotFoundError when
+    no cache exists."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm {algorithm!r}: expected one of {ALGORITHMS}")
-    tile = Tile.parse(tile) if isinstance(tile, str) else tile
     target = _pick_target(target)
+    tile = Tile.parse(tile) if isinstance(tile, str) else tile
+    frozen = None if specs is None else tuple(sorted(specs.items(), key=lambda kv: kv[0].value))
+    key = (problem, target, tile, batch_split, workspace_limit, cache_root, frozen)
+    try:
+        state = (cache.manifest_state(target, cache_root), tuning.state(target, cache_root))
+    except FileNotFoundError:  # no cache: a refusal still says what is wrong with the problem
+        _assemble(problem, target, tile, batch_split, workspace_limit, cache_root, specs, None)
+        raise
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] == state:
+        _PLANS.move_to_end(key)
+        return hit[1]
+    plan = _assemble(
+        problem, target, tile, batch_split, workspace_limit, cache_root, specs, state[0]
+    )
+    _PLANS[key] = (state, plan)
+    if len(_PLANS) > PLAN_CACHE_SIZE:
+        _PLANS.popitem(last=False)
+    return plan
+
+
+def _assemble(
+    problem: Problem,
+    target: Target,
+    tile: Tile | None,
+    batch_split: int | None,
+    workspace_limit: int | None,
+    cache_root: Path | None,
+    specs: dict[Stage, StageSpec] | None,
+    manifest_at: tuple[Path, tuple[int, int, int]] | None,
+) -> Plan:
     if specs is not None:
         tile = _specs_tile(specs, tile)
     else:
         tile = tile or tuning.best_tile(problem, target, cache_root) or default_tile(problem)
     check_problem(problem, tile)  # the index rule against the tile that will run
-    manifest = cache.find_manifest(target, cache_root)
+    if manifest_at is None:
+        manifest = cache.find_manifest(target, cache_root)  # raises FileNotFoundError
+    else:
+        manifest = cache.read_manifest(*manifest_at)
     source = "caller"
     if specs is None:
         specs, source = tuning.lookup(problem, target, tile, cache_root), "tuning DB"
