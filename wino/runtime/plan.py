@@ -84,6 +84,7 @@ class Plan:
     source: str  # "tuning DB" or "default pick"
     kind: str = "unfused2d_rt"
     _backend: Any = field(default=None, repr=False)
+    _program: Any = field(default=None, repr=False)  # the backend's prepared launches
 
     @property
     def steps(self) -> list[Step]:
@@ -136,14 +137,29 @@ class Plan:
             self._backend = backend_for(self.target, self.manifest)
         return self._backend
 
-    def transform_filter(self, w, workspace=None):
+    def transform_filter(self, w, workspace=None, stream=None):
         """K1 alone: returns (U, fs) for this plan; pass it as ``U=`` to later runs."""
-        return self.backend().transform_filter(self, w, workspace)
+        return self.backend().transform_filter(self, w, workspace, stream)
 
-    def run(self, x, w=None, y=None, workspace=None, U=None):
+    def run(self, x, w=None, y=None, workspace=None, U=None, stream=None):
         """y = conv(x, w). ``U`` (from transform_filter) skips K1; ``workspace`` (bytes or an
-        array of at least ``workspace_bytes``) and ``y`` may be passed in to avoid allocation."""
-        return self.backend().run(self, x, w, y, workspace, U)
+        array of at least ``workspace_bytes``) and ``y`` may be passed in to avoid allocation.
+
+        On CUDA the launches (and the cuBLAS GEMM) go on ``stream``: a torch.cuda.Stream, a
+        CuPy stream or a raw ``cudaStream_t`` int; None is the caller's current stream
+        (PyTorch's for torch tensors, CuPy's for CuPy arrays). With ``y`` and ``workspace``
+        given, a run allocates nothing, synchronizes nothing and reads nothing back, so CUDA
+        graph capture (``torch.cuda.graph``, CuPy stream capture) records it."""
+        return self.backend().run(self, x, w, y, workspace, U, stream)
+
+    def graph(self, x, w=None, y=None, workspace=None, U=None):
+        """Capture ``run(x, w or U, y, workspace)`` once (one eager run first: module loads,
+        cuBLAS handle) and return a ``PlanGraph`` whose ``replay()`` re-issues it on the same
+        arrays; fill x (and w) in place between replays. ``y`` and ``workspace`` are
+        required: a replay writes where the capture did."""
+        from .graphs import capture
+
+        return capture(self, x, w, y, workspace, U)
 
 
 def plan_layout(problem: Problem, tile: Tile, specs: dict[Stage, StageSpec], chunk: int):
