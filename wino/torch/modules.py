@@ -43,9 +43,7 @@ def refusal(conv: nn.Module) -> tuple[str, str] | None:
     try:
         dtype = dtype_of(conv.weight)
     except TypeError:
-        return "dtype_unsupported", TORCH_RULES["dtype_unsupported"].format(
-            dtype=conv.weight.dtype
-        )
+        return "dtype_unsupported", TORCH_RULES["dtype_unsupported"].format(dtype=conv.weight.dtype)
     (r, s), (ph, pw), (dh, dw) = conv.kernel_size, _padding(conv), conv.dilation
     side = 4 * max(dh, dw) + 1  # a nominal input every 3x3 dilated filter fits
     problem = Problem(

@@ -8,7 +8,6 @@ A problem wino refuses (its rule id is logged once) runs torch's convolution ins
 """
 
 import logging
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -36,7 +35,7 @@ def output_size(x: Tensor, weight: Tensor, padding, dilation) -> tuple[int, int,
     )
 
 
-def check(x: Tensor, weight: Tensor, bias: Optional[Tensor], groups: int) -> None:
+def check(x: Tensor, weight: Tensor, bias: Tensor | None, groups: int) -> None:
     """Raise ValueError naming the argument wino cannot take as it is (before any kernel)."""
     if x.dim() != 4 or weight.dim() != 4 or tuple(weight.shape[2:]) != (3, 3):
         raise ValueError(
@@ -118,7 +117,7 @@ def _refused(x, weight, bias, padding, dilation, groups, err: Refused) -> Tensor
 def conv2d(
     x: Tensor,
     weight: Tensor,
-    bias: Optional[Tensor],
+    bias: Tensor | None,
     padding: list[int],
     dilation: list[int],
     groups: int,
