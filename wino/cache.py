@@ -183,15 +183,20 @@ def manifest_state(
 ) -> tuple[Path, tuple[int, int, int]]:
     """(path, file key) of the manifest ``find_manifest`` would read: the given flavor, or the
     only / most recently published one. A few stat calls; raises FileNotFoundError."""
-    base = cache_root(root) / target.value
+    return manifest_state_in(cache_root(root) / target.value, flavor)
+
+
+def manifest_state_in(base: Path, flavor: str | None = None) -> tuple[Path, tuple[int, int, int]]:
+    """``manifest_state`` of the target folder ``base``."""
     found = []
+    target = base.name
     for path in _candidates(base, flavor):
         key = _file_key(path)
         if key is not None:
             found.append((key[0], path, key))
     if not found:
         raise FileNotFoundError(
-            f"no {target.value} cache under {base}: build it with `doit compile:{target.value}`"
+            f"no {target} cache under {base}: build it with `doit compile:{target}`"
         )
     _, path, key = max(found)
     return path, key

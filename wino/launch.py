@@ -279,11 +279,12 @@ def default_xdtype(dtype: DType) -> DType:
     return DType.FP32 if dtype is DType.FP32 else DType.FP16
 
 
-def _first_fit(candidates, problem: Problem) -> StageSpec:
-    """The first candidate that is in the grid and fits the problem."""
+def _first_fit(candidates, problem: Problem, available=None) -> StageSpec:
+    """The first candidate that is in the grid (or, given ``available``, a kernel name
+    predicate, in what it accepts) and fits the problem."""
     reasons = []
     for spec in candidates:
-        if not grid.in_grid(spec):
+        if not (grid.in_grid(spec) if available is None else available(spec.name)):
             reasons.append(f"{spec.name}: not in the grid")
             continue
         try:
@@ -317,28 +318,39 @@ def _input_candidates(problem: Problem, tile: Tile, dtype: DType, xdtype: DType)
 
 
 def default_stage_specs(
-    problem: Problem, tile: Tile, dtype: DType | None = None, xdtype: DType | None = None
+    problem: Problem,
+    tile: Tile,
+    dtype: DType | None = None,
+    xdtype: DType | None = None,
+    available=None,
 ) -> dict[Stage, StageSpec]:
     """The default pick per stage for a problem (its first batch chunk decides nothing: the
     channel extents do); ``dtype`` overrides the problem's. Always inside the grid; raises
-    Refused when nothing fits."""
+    Refused when nothing fits. ``available`` (a predicate on kernel names, e.g. a cache's
+    manifest) replaces the grid as the set picked from: the runtime picks among the kernels
+    it holds without expanding the grid."""
     dtype = dtype or problem.dtype
     xdtype = xdtype or default_xdtype(dtype)
     probe = replace(problem, N=1, dtype=dtype)
-    k2 = _first_fit(_input_candidates(probe, tile, dtype, xdtype), probe)
+    k2 = _first_fit(_input_candidates(probe, tile, dtype, xdtype), probe, available)
     picks: dict[Stage, StageSpec] = {
         Stage.FILTER: _first_fit(
             (RtFilterSpec(tile, dtype, xdtype, v, 256, 1) for v in _vecs_dividing(problem.Cg)),
             probe,
+            available,
         ),
         Stage.INPUT: k2,
     }
     if k2.prescale is Prescale.SPLIT:
         picks[Stage.PRESCALE] = _first_fit(
-            (RtPrescaleSpec(tile, dtype, v, 256) for v in _vecs_dividing(problem.C)), probe
+            (RtPrescaleSpec(tile, dtype, v, 256) for v in _vecs_dividing(problem.C)),
+            probe,
+            available,
         )
     picks[Stage.OUTPUT] = _first_fit(
-        (RtOutputSpec(tile, dtype, DType.FP32, v, 256) for v in _vecs_dividing(problem.Kg)), probe
+        (RtOutputSpec(tile, dtype, DType.FP32, v, 256) for v in _vecs_dividing(problem.Kg)),
+        probe,
+        available,
     )
     return dict(sorted(picks.items(), key=lambda item: grid.GRID_STAGES.index(item[0])))
 

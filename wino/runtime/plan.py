@@ -6,7 +6,8 @@ workspace size and the batch split. It runs on the backend of its target (host C
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import functools
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -240,6 +241,16 @@ def _ordered(specs: dict[Stage, StageSpec]) -> dict[Stage, StageSpec]:
     return {stage: specs[stage] for stage in GRID_STAGES if stage in specs}
 
 
+def _default_pick(problem: Problem, tile: Tile, manifest: cache.Manifest):
+    """The default pick among the kernels the cache holds (no grid expansion: the first
+    dispatch stays fast); when none of them fits, the grid's pick, so that the missing kernel
+    is named with the command that builds it."""
+    try:
+        return default_stage_specs(problem, tile, available=manifest.kernels.__contains__)
+    except Refused:
+        return default_stage_specs(problem, tile)
+
+
 def _pick_target(target: Target | str | None) -> Target:
     if target is not None:
         return Target(target) if isinstance(target, str) else target
@@ -248,9 +259,15 @@ def _pick_target(target: Target | str | None) -> Target:
     return Target.CUDA if cuda_available() else Target.C
 
 
-#: Plans by everything that decides one: (key, (cache state, plan)); least recently used first.
-_PLANS: OrderedDict[tuple, tuple[tuple, Plan]] = OrderedDict()
+#: Plans by everything that decides one: key -> (cache state, plan), oldest first.
+_PLANS: dict[tuple, tuple[tuple, Plan]] = {}
 PLAN_CACHE_SIZE = 4096
+
+
+@functools.lru_cache(maxsize=64)
+def _locations(target: Target, cache_root, env: str | None) -> tuple[Path, Path]:
+    """(target folder, tuning DB) of a cache (``env``, $WINO_BUILD, is part of the key)."""
+    return cache.cache_root(cache_root) / target.value, tuning.db_path(target, cache_root)
 
 
 def clear_plan_cache() -> None:
@@ -283,21 +300,21 @@ def dispatch(
     tile = Tile.parse(tile) if isinstance(tile, str) else tile
     frozen = None if specs is None else tuple(sorted(specs.items(), key=lambda kv: kv[0].value))
     key = (problem, target, tile, batch_split, workspace_limit, cache_root, frozen)
+    base, db = _locations(target, cache_root, os.environ.get("WINO_BUILD"))
     try:
-        state = (cache.manifest_state(target, cache_root), tuning.state(target, cache_root))
+        state = (cache.manifest_state_in(base), (db, cache._file_key(db)))
     except FileNotFoundError:  # no cache: a refusal still says what is wrong with the problem
         _assemble(problem, target, tile, batch_split, workspace_limit, cache_root, specs, None)
         raise
     hit = _PLANS.get(key)
     if hit is not None and hit[0] == state:
-        _PLANS.move_to_end(key)
         return hit[1]
     plan = _assemble(
         problem, target, tile, batch_split, workspace_limit, cache_root, specs, state[0]
     )
+    if len(_PLANS) >= PLAN_CACHE_SIZE:
+        _PLANS.pop(next(iter(_PLANS)))  # the oldest
     _PLANS[key] = (state, plan)
-    if len(_PLANS) > PLAN_CACHE_SIZE:
-        _PLANS.popitem(last=False)
     return plan
 
 
@@ -324,7 +341,7 @@ def _assemble(
     if specs is None:
         specs, source = tuning.lookup(problem, target, tile, cache_root), "tuning DB"
     if specs is None:
-        specs, source = default_stage_specs(problem, tile), "default pick"
+        specs, source = _default_pick(problem, tile, manifest), "default pick"
     specs = _ordered(specs)
     for spec in specs.values():
         manifest.kernel(spec.name, verify=False)
