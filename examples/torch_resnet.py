@@ -13,6 +13,7 @@ import argparse
 import copy
 import json
 import statistics
+import traceback
 
 import torch
 import torch.nn.functional as F
@@ -58,7 +59,7 @@ def rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
 
 
-def layer_inputs(model) -> dict[str, tuple[wt.Conv2d, torch.Tensor]]:
+def layer_inputs(model):
     """Each converted layer and the input it saw in one forward pass."""
     seen: dict[str, tuple[wt.Conv2d, torch.Tensor]] = {}
     hooks = []
@@ -174,13 +175,20 @@ def main() -> None:
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
-    results = []
+    results, failed = [], False
     for name in args.models.split(","):
-        results.append(run_model(name, args.batch, args.compile))
+        try:
+            results.append(run_model(name, args.batch, args.compile))
+        except Exception:  # noqa: BLE001 - report it, run the next model
+            traceback.print_exc()
+            failed = True
+            continue
         print(report(results[-1]), flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(results, handle, indent=1)
+    if failed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -80,7 +80,7 @@ class Backend:
         self.manifest = manifest
 
     # Primitives (per backend) --------------------------------------------------------------
-    def context(self, array, stream) -> Any:
+    def context(self, array, stream, label: str = "x") -> Any:
         """What a call needs besides its arrays (the CUDA device and stream), from the first
         array and the caller's ``stream``; checks the array is on this backend's device."""
         raise NotImplementedError
@@ -175,7 +175,7 @@ class Backend:
         from .program import Source
 
         prog = self.program(plan)
-        ctx = self.context(w, stream)
+        ctx = self.context(w, stream, "w")
         check_operands(plan, None, w)
         wv = self.operand(w, plan.problem.dtype, "w", ctx)
         if workspace is None:

@@ -106,6 +106,7 @@ class _Launch:
         self.params = (ctypes.c_void_p * (1 + buffers))(
             ctypes.addressof(args), *[base + 8 * i for i in range(buffers)]
         )
+        self.params_at = ctypes.addressof(self.params)
 
 
 class Context(NamedTuple):
@@ -163,7 +164,7 @@ class CudaBackend(Backend):
             for i, slot in enumerate(op.slots):
                 h.pointers[i] = pointers[slot.source] + slot.offset
             status = libcuda().cuLaunchKernel(
-                h.function, gx, gy, gz, bx, by, bz, 0, ctx.stream, h.params, None
+                h.function, gx, gy, gz, bx, by, bz, 0, ctx.stream, h.params_at, None
             )
         if status != 0:
             raise RuntimeError(f"cuLaunchKernel {op.step.name} failed with CUresult {status}")
@@ -177,11 +178,11 @@ class CudaBackend(Backend):
         )
 
     # Array primitives --------------------------------------------------------------------------
-    def context(self, array, stream) -> Context:
-        device = self._device_of("x" if array is not None else "w", array)
+    def context(self, array, stream, label: str = "x") -> Context:
+        device = self._device_of(label, array)
         if device != self.device:
             raise ValueError(
-                f"x: on cuda:{device}, but this process runs wino on cuda:{self.device} (the "
+                f"{label}: on cuda:{device}, but this process runs wino on cuda:{self.device} (the "
                 "current device when the cache was opened); one device per process"
             )
         return Context(device, self._stream_handle(array, stream), is_torch(array))
@@ -236,9 +237,10 @@ class CudaBackend(Backend):
             self.check_device(label, array, ctx)
         if self._contiguous(array) and self.pointer(array) % ALIGN == 0:
             return array
-        with self._on(ctx):  # a copy, ordered on the call's stream
-            if is_torch(array):
+        if is_torch(array):
+            with self._torch_on(ctx):  # a copy, ordered on the call's stream
                 return array.clone(memory_format=_torch().contiguous_format)
+        with self._on(ctx):
             return self.cupy.array(array, order="C", copy=True)
 
     def output(self, plan: Plan, x, y, ctx: Context | None = None):
@@ -285,6 +287,13 @@ class CudaBackend(Backend):
         if ctx.stream not in self._streams:
             self._streams[ctx.stream] = self.cupy.cuda.ExternalStream(ctx.stream)
         return self._streams[ctx.stream]
+
+    def _torch_on(self, ctx: Context | None):
+        """The call's stream as torch's current stream (for torch copies), when it is not."""
+        if ctx is None or ctx.stream == _torch_current_stream(ctx.device):
+            return contextlib.nullcontext()
+        torch = _torch()
+        return torch.cuda.stream(torch.cuda.ExternalStream(ctx.stream, device=ctx.device))
 
     def empty(self, like, buffer, ctx: Context | None = None):
         torch_dtype = getattr(_torch(), _TORCH_NAMES[buffer.dtype]) if is_torch(like) else None

@@ -123,14 +123,14 @@ class HostBackend(Backend):
         pointers = [ctypes.c_void_p(b.ctypes.data if b is not None else 0) for b in buffers]
         gx, gy, _ = step.launch.grid
         self.function(step.name)(
-            ctypes.addressof(args), *pointers, ctypes.c_uint(gx), ctypes.c_uint(gy)
+            ctypes.c_void_p(ctypes.addressof(args)), *pointers, ctypes.c_uint(gx), ctypes.c_uint(gy)
         )
 
     # Array primitives --------------------------------------------------------------------------
-    def context(self, array, stream) -> None:
+    def context(self, array, stream, label: str = "x") -> None:
         if stream is not None:
             raise ValueError("stream: the c (host) target runs synchronously; pass stream=None")
-        host_array("x", array) if array is not None else None
+        host_array(label, array)
 
     def pointer(self, array: np.ndarray) -> int:
         return array.ctypes.data
