@@ -19,6 +19,7 @@ def test_rows_and_report(root):
     rows = overhead.measure(problem, Target.C, root, loops=3, repeats=2)
     names = [r.name for r in rows]
     assert names == [
+        "import runtime",
         "first dispatch",
         "dispatch (seen)",
         "plan.run",
