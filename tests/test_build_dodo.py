@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from wino.build import tasks
-from wino.build.plan import plan
+from wino.builder import tasks
+from wino.builder.plan import plan
 from wino.grid import aot_stage_specs
 from wino.vocab import Target
 

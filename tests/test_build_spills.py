@@ -1,5 +1,5 @@
 """Spills: the default CUDA picks for the public layers must not spill (ptxas -v report), and
-wino.build.report lists the grid kernels that do (`wino grid --spills`)."""
+wino.builder.report lists the grid kernels that do (`wino grid --spills`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from wino import cache
-from wino.build import builder
-from wino.build.report import format_spill_report, spill_report
+from wino.builder import builder
+from wino.builder.report import format_spill_report, spill_report
 from wino.launch import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused

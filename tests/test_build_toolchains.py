@@ -1,4 +1,4 @@
-"""wino.build.toolchains: identity, flavors, skip messages, HIP arch probes, compiler reports."""
+"""wino.builder.toolchains: identity, flavors, skip messages, HIP arch probes, compiler reports."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from wino.build import toolchains
-from wino.build.cache_writer import KernelBinary, binary_digest
-from wino.build.toolchains import Toolchain, family_version, parse_hip_resources, parse_ptxas
+from wino.builder import toolchains
+from wino.builder.cache_writer import KernelBinary, binary_digest
+from wino.builder.toolchains import Toolchain, family_version, parse_hip_resources, parse_ptxas
 from wino.vocab import Target
 
 FLAVOR = re.compile(r"^[A-Za-z0-9_.+-]+$")

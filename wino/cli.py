@@ -100,7 +100,7 @@ def _grid(args: argparse.Namespace) -> int:
 
 def _spills(root: Path | None) -> int:
     """Print the CUDA cache's spill report (`doit compile:cuda` builds the cache)."""
-    from .build.report import format_spill_report
+    from .builder.report import format_spill_report
     from .cache import find_manifest
     from .vocab import Target
 
