@@ -24,6 +24,7 @@ class _Spec:
     """Shared behaviour of the stage specs (field coercion, checks, naming, dict views)."""
 
     stage: ClassVar[Stage]
+    name_format: ClassVar[str]  # the name grammar: fields (short forms) in a fixed order
 
     def __post_init__(self) -> None:
         for f in fields(self):  # type: ignore[arg-type]
@@ -70,6 +71,7 @@ class RtFilterSpec(_Spec):
     A workgroup of ``block`` threads transforms ``rows`` filter rows (output channels)."""
 
     stage: ClassVar[Stage] = Stage.FILTER
+    name_format: ClassVar[str] = "{stage}_{tile}_i{io}_x{xdtype}_v{vec}_b{block}_r{rows}"
     tile: Tile = Tile(4, 4)
     io: DType = DType.FP16
     xdtype: DType = DType.FP16
@@ -84,6 +86,7 @@ class RtPrescaleSpec(_Spec):
     input window and all C channels (split prescale)."""
 
     stage: ClassVar[Stage] = Stage.PRESCALE
+    name_format: ClassVar[str] = "{stage}_{tile}_i{io}_v{vec}_b{block}"
     tile: Tile = Tile(4, 4)
     io: DType = DType.FP16
     vec: int = 1
@@ -96,6 +99,9 @@ class RtInputSpec(_Spec):
     lanes x lds_width tiles per workgroup); ``prescale`` none, fused or split."""
 
     stage: ClassVar[Stage] = Stage.INPUT
+    name_format: ClassVar[str] = (
+        "{stage}_{tile}_i{io}_x{xdtype}_v{vec}_b{block}_{path_tag}_p{prescale}"
+    )
     tile: Tile = Tile(4, 4)
     io: DType = DType.FP16
     xdtype: DType = DType.FP16
@@ -106,12 +112,20 @@ class RtInputSpec(_Spec):
     lds_width: int = 0
     prescale: Prescale = Prescale.FUSED
 
+    @property
+    def path_tag(self) -> str:
+        """reg, or lds<lanes>w<width> (reg with LDS knobs set: refused, but named distinctly)."""
+        if self.path is K2Path.REGISTER and self.lds_lanes == self.lds_width == 0:
+            return "reg"
+        return f"{self.path.short}{self.lds_lanes}w{self.lds_width}"
+
 
 @dataclass(frozen=True)
 class RtOutputSpec(_Spec):
     """K4: y = At M A / (s_p * s_k), written masked to NHWK."""
 
     stage: ClassVar[Stage] = Stage.OUTPUT
+    name_format: ClassVar[str] = "{stage}_{tile}_i{io}_a{accdtype}_v{vec}_b{block}"
     tile: Tile = Tile(4, 4)
     io: DType = DType.FP16
     accdtype: DType = DType.FP32
@@ -128,24 +142,15 @@ SPEC_CLASSES: dict[Stage, type] = {
 StageSpec = RtFilterSpec | RtPrescaleSpec | RtInputSpec | RtOutputSpec
 
 
+def _short(value: Any) -> str:
+    return value.name.lower() if isinstance(value, Tile) else str(getattr(value, "short", value))
+
+
 def kernel_name(spec: StageSpec) -> str:
-    """The one naming function: stage, tile, dtypes, vec, block, then stage-specific knobs."""
-    s = spec
-    head = f"{s.stage.short}_{s.tile.name.lower()}_i{s.io.short}"
-    if isinstance(s, RtFilterSpec):
-        return f"{head}_x{s.xdtype.short}_v{s.vec}_b{s.block}_r{s.rows}"
-    if isinstance(s, RtPrescaleSpec):
-        return f"{head}_v{s.vec}_b{s.block}"
-    if isinstance(s, RtInputSpec):
-        knobs = f"{s.lds_lanes}w{s.lds_width}"
-        if s.path is K2Path.REGISTER:  # knobs only when set (refused there, but kept distinct)
-            path = "reg" if s.lds_lanes == s.lds_width == 0 else f"reg{knobs}"
-        else:
-            path = f"lds{knobs}"
-        return f"{head}_x{s.xdtype.short}_v{s.vec}_b{s.block}_{path}_p{s.prescale.short}"
-    if isinstance(s, RtOutputSpec):
-        return f"{head}_a{s.accdtype.short}_v{s.vec}_b{s.block}"
-    raise TypeError(f"kernel_name: not a stage spec: {spec!r}")
+    """The one naming function: the spec class's ``name_format`` over its fields' short forms."""
+    values = {f.name: _short(getattr(spec, f.name)) for f in fields(spec)}  # type: ignore[arg-type]
+    path_tag = getattr(spec, "path_tag", "")
+    return spec.name_format.format(stage=spec.stage.short, path_tag=path_tag, **values)
 
 
 def spec_from_fields(stage: Stage | str, values: dict[str, Any]) -> StageSpec:

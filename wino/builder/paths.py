@@ -3,10 +3,9 @@ under it besides the cache (wino.cache owns ``cache/v<FORMAT>/``)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from ..cache import build_folder
+from ..cache import atomic_write, build_folder
 from ..vocab import Target
 
 SOURCE_EXT = {Target.C: "c", Target.CUDA: "cu", Target.HIP: "hip"}
@@ -36,8 +35,5 @@ def write_if_changed(path: Path, text: str) -> bool:
             return False
     except FileNotFoundError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, text)
     return True

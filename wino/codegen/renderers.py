@@ -11,6 +11,7 @@ Subclasses only supply strings; the base class holds the logic.
 
 from __future__ import annotations
 
+from ..kinds import kernarg_ctype
 from ..vocab import DType, Target
 
 
@@ -69,7 +70,8 @@ class Renderer:
         if self.baked is None:
             return self.args_source()
         values = ", ".join(
-            f"{int(v)}" + ("u" if k.startswith(("m_", "s_")) else "") for k, v in self.baked.items()
+            f"{int(v)}" + ("u" if kernarg_ctype(k) == "unsigned" else "")
+            for k, v in self.baked.items()
         )
         return "{" + values + "}"
 
