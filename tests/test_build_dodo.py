@@ -39,6 +39,8 @@ stages:
       accdtype: [fp32]
       vec: [1, 4]
       block: [256]
+default_pick:
+  {k1: [vec: descending], k2a: [vec: descending], k2: [vec: descending], k4: [vec: descending]}
 exclude: []
 """
 TARGETS = """\

@@ -11,7 +11,7 @@ import pytest
 from wino import cache
 from wino.builder import builder
 from wino.builder.report import format_spill_report, spill_report
-from wino.launch import default_stage_specs
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused
 from wino.specs import RtFilterSpec

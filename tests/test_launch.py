@@ -18,13 +18,13 @@ from wino.kinds import BY_KIND, KINDS, Kind, kind_of
 from wino.launch import (
     TileGrid,
     batch_chunks,
-    default_stage_specs,
     largest_split,
     stage_launch,
     workspace_bytes,
     workspace_layout,
 )
 from wino.magic import INDEX_LIMIT, magic_apply, magic_div
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused, check_spec
 from wino.specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec

@@ -12,8 +12,8 @@ import pytest
 from tests import runtime_fixtures as rf
 from wino.grid import aot_stage_specs
 from wino.kinds import BY_KIND, Kind, kind_of
-from wino.launch import default_stage_specs
 from wino.magic import magic_apply, magic_div
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused
 from wino.runtime import GemmStep, KernelStep, dispatch, tuning

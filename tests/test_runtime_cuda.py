@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from wino.grid import aot_stage_specs
-from wino.launch import default_stage_specs
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.runtime import conv2d_reference, dispatch, relative_error
 from wino.runtime.plan import default_tile

@@ -20,12 +20,12 @@ from pathlib import Path
 from . import config, grid
 from .bench import cli as bench_cli
 from .launch import (
-    default_stage_specs,
     largest_split,
     stage_launch,
     workspace_bytes,
     workspace_layout,
 )
+from .pick import default_stage_specs
 from .problem import Problem
 from .refusals import Refused, check_problem, rule_book
 from .specs import RtInputSpec, StageSpec

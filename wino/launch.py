@@ -19,17 +19,16 @@ Workspace layouts (xd = transformed dtype, acc = accumulator dtype):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from . import grid
 from .geometry import INDEX_LIMIT, TileGrid, aligned, tiles_per_image
 from .kinds import kind_of
 from .magic import magic_div
 from .problem import Problem
 from .refusals import Refused, check_fit
-from .specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec, StageSpec
-from .vocab import VECS, DType, K2Path, Prescale, Stage, Tile
+from .specs import RtFilterSpec, RtOutputSpec, StageSpec
+from .vocab import DType, Tile
 
 FORMAT = 2  # the kernarg ABI version (wino.kinds): bump when a kind's kernargs or buffers change
 
@@ -156,74 +155,3 @@ def largest_split(
             )
         split = low
     return split
-
-
-# Default pick ----------------------------------------------------------------------------------
-def default_xdtype(dtype: DType) -> DType:
-    """fp16 transformed storage for 16-bit inputs (bf16 too: about 8x more accurate than bf16
-    storage, made safe by the prescale), fp32 for fp32."""
-    return DType.FP32 if dtype is DType.FP32 else DType.FP16
-
-
-def _first_fit(candidates, problem: Problem) -> StageSpec:
-    """The first candidate that is in the grid and fits the problem."""
-    reasons = []
-    for spec in candidates:
-        if not grid.in_grid(spec):
-            reasons.append(f"{spec.name}: not in the grid")
-            continue
-        try:
-            stage_launch(spec, problem)
-        except Refused as refusal:
-            reasons.append(f"{spec.name}: {refusal}")
-            continue
-        return spec
-    raise Refused(
-        "no_spec_in_grid",
-        "no kernel of the grid fits this problem; tried "
-        + "; ".join(reasons)
-        + ". Add a fitting sub-grid to grids/stages.yaml and rebuild",
-    )
-
-
-def _vecs_dividing(n: int) -> list[int]:
-    return [v for v in sorted(VECS, reverse=True) if n % v == 0]
-
-
-def _input_candidates(problem: Problem, tile: Tile, dtype: DType, xdtype: DType):
-    for vec in _vecs_dividing(problem.Cg):
-        if xdtype is DType.FP16:
-            for block in (256, 512, 1024):
-                yield RtInputSpec(
-                    tile, dtype, xdtype, vec, block, K2Path.REGISTER, 0, 0, Prescale.FUSED
-                )
-            yield RtInputSpec(tile, dtype, xdtype, vec, 256, K2Path.REGISTER, 0, 0, Prescale.SPLIT)
-        else:
-            yield RtInputSpec(tile, dtype, xdtype, vec, 256, K2Path.REGISTER, 0, 0, Prescale.NONE)
-
-
-def default_stage_specs(
-    problem: Problem, tile: Tile, dtype: DType | None = None, xdtype: DType | None = None
-) -> dict[Stage, StageSpec]:
-    """The default pick per stage for a problem (its first batch chunk decides nothing: the
-    channel extents do); ``dtype`` overrides the problem's. Always inside the grid; raises
-    Refused when nothing fits."""
-    dtype = dtype or problem.dtype
-    xdtype = xdtype or default_xdtype(dtype)
-    probe = replace(problem, N=1, dtype=dtype)
-    k2 = _first_fit(_input_candidates(probe, tile, dtype, xdtype), probe)
-    picks: dict[Stage, StageSpec] = {
-        Stage.FILTER: _first_fit(
-            (RtFilterSpec(tile, dtype, xdtype, v, 256, 1) for v in _vecs_dividing(problem.Cg)),
-            probe,
-        ),
-        Stage.INPUT: k2,
-    }
-    if k2.prescale is Prescale.SPLIT:
-        picks[Stage.PRESCALE] = _first_fit(
-            (RtPrescaleSpec(tile, dtype, v, 256) for v in _vecs_dividing(problem.C)), probe
-        )
-    picks[Stage.OUTPUT] = _first_fit(
-        (RtOutputSpec(tile, dtype, DType.FP32, v, 256) for v in _vecs_dividing(problem.Kg)), probe
-    )
-    return dict(sorted(picks.items(), key=lambda item: grid.GRID_STAGES.index(item[0])))

@@ -16,12 +16,12 @@ from ..launch import (
     Launch,
     TileGrid,
     batch_chunks,
-    default_stage_specs,
     largest_split,
     stage_launch,
     workspace_bytes,
     workspace_layout,
 )
+from ..pick import default_stage_specs
 from ..problem import Problem
 from ..refusals import Refused, check_problem
 from ..specs import RtInputSpec, StageSpec
