@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+from . import axes
 from .vocab import VECS, DType, K2Path, Prescale, Stage, Tile
 
 _COERCE = {"Tile": Tile.parse, "DType": DType.parse, "K2Path": K2Path, "Prescale": Prescale}
@@ -28,6 +29,8 @@ class _Spec:
 
     def __post_init__(self) -> None:
         for f in fields(self):  # type: ignore[arg-type]
+            if f.name == "extra":
+                continue
             value = getattr(self, f.name)
             if f.type in _COERCE and isinstance(value, str):
                 try:
@@ -48,6 +51,36 @@ class _Spec:
                 )
         if getattr(self, "vec", 1) not in VECS:
             raise ValueError(f"{type(self).__name__}.vec: expected one of {VECS}, got {self.vec}")
+        object.__setattr__(self, "extra", self._checked_extra())
+
+    def _checked_extra(self) -> tuple[tuple[str, int], ...]:
+        """The YAML-declared axis values: known names, checked types, defaults dropped, in
+        declaration order (so equal specs compare, hash and name equal)."""
+        declared = axes.of_stage(self.stage.short)
+        given = dict(self.extra)
+        unknown = set(given) - set(declared)
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__}: unknown axis(es) {sorted(unknown)}; declared for "
+                f"{self.stage.short}: {sorted(declared)} (grids/stages.yaml axes)"
+            )
+        owner = type(self).__name__
+        return tuple(
+            (name, axis.check(owner, given[name]))
+            for name, axis in declared.items()
+            if name in given and given[name] != axis.default
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        """A declared axis's value (its default when the spec does not set it)."""
+        axis = None if name.startswith("__") else axes.of_stage(self.stage.short).get(name)
+        if axis is None:
+            raise AttributeError(f"{type(self).__name__} has no field or axis {name!r}")
+        return dict(self.extra).get(name, axis.default)
+
+    def axis_values(self) -> list[tuple[str, str, int]]:
+        """(C type, name, value) of every declared axis of the stage (defaults included)."""
+        return [(a.ctype, n, getattr(self, n)) for n, a in axes.of_stage(self.stage.short).items()]
 
     @property
     def name(self) -> str:
@@ -59,6 +92,8 @@ class _Spec:
         for f in fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
             out[f.name] = value.name if isinstance(value, Tile) else getattr(value, "value", value)
+        del out["extra"]
+        out.update(self.extra)  # declared axes, non-default values only
         return out
 
     def replace(self, **changes: Any):
@@ -78,6 +113,7 @@ class RtFilterSpec(_Spec):
     vec: int = 1
     block: int = 256
     rows: int = 1
+    extra: tuple[tuple[str, int], ...] = ()  # YAML-declared axes (wino.axes)
 
 
 @dataclass(frozen=True)
@@ -91,6 +127,7 @@ class RtPrescaleSpec(_Spec):
     io: DType = DType.FP16
     vec: int = 1
     block: int = 256
+    extra: tuple[tuple[str, int], ...] = ()  # YAML-declared axes (wino.axes)
 
 
 @dataclass(frozen=True)
@@ -111,6 +148,7 @@ class RtInputSpec(_Spec):
     lds_lanes: int = 0
     lds_width: int = 0
     prescale: Prescale = Prescale.FUSED
+    extra: tuple[tuple[str, int], ...] = ()  # YAML-declared axes (wino.axes)
 
     @property
     def path_tag(self) -> str:
@@ -131,6 +169,7 @@ class RtOutputSpec(_Spec):
     accdtype: DType = DType.FP32
     vec: int = 1
     block: int = 256
+    extra: tuple[tuple[str, int], ...] = ()  # YAML-declared axes (wino.axes)
 
 
 SPEC_CLASSES: dict[Stage, type] = {
@@ -150,17 +189,22 @@ def kernel_name(spec: StageSpec) -> str:
     """The one naming function: the spec class's ``name_format`` over its fields' short forms."""
     values = {f.name: _short(getattr(spec, f.name)) for f in fields(spec)}  # type: ignore[arg-type]
     path_tag = getattr(spec, "path_tag", "")
-    return spec.name_format.format(stage=spec.stage.short, path_tag=path_tag, **values)
+    name = spec.name_format.format(stage=spec.stage.short, path_tag=path_tag, **values)
+    declared = axes.of_stage(spec.stage.short)
+    return name + "".join(f"_{declared[n].suffix.format(v)}" for n, v in spec.extra)
 
 
 def spec_from_fields(stage: Stage | str, values: dict[str, Any]) -> StageSpec:
     """Build a stage's spec from plain values (a grid point or a manifest entry)."""
     stage = Stage(stage) if isinstance(stage, str) else stage
     cls = SPEC_CLASSES[stage]
-    known = {f.name for f in fields(cls)}
-    unknown = set(values) - known
+    known = {f.name for f in fields(cls)} - {"extra"}
+    declared = axes.of_stage(stage.short)
+    unknown = set(values) - known - set(declared)
     if unknown:
         raise ValueError(
             f"{cls.__name__}: unknown field(s) {sorted(unknown)}; known: {sorted(known)}"
+            + (f", declared axes: {sorted(declared)}" if declared else "")
         )
-    return cls(**values)
+    extra = tuple((n, values[n]) for n in declared if n in values)
+    return cls(**{k: v for k, v in values.items() if k in known}, extra=extra)

@@ -71,6 +71,7 @@ def render(spec: StageSpec, target: Target | str, baked: Problem | None = None) 
         name=baked_symbol(spec) if baked else spec.name,
         kernargs=kind.kernargs,
         params=kind.params(spec),
+        axis_constants=spec.axis_values(),
         K2Path=K2Path,
         Prescale=Prescale,
         tile=tile.name,
