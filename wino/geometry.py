@@ -11,7 +11,7 @@ from .vocab import K2Path, Tile
 
 ALIGN = 256  # every workspace buffer starts on a 256-byte boundary
 
-__all__ = ["ALIGN", "INDEX_LIMIT", "TileGrid", "aligned", "ceil_div", "elems_one_image"]
+__all__ = ["INDEX_LIMIT"]  # re-exported: the bound lives in wino.magic
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -46,17 +46,17 @@ def tiles_per_image(problem: Problem, tile: Tile) -> int:
     return TileGrid.of(problem.with_batch(1), tile).P
 
 
+def elems(problem: Problem, tile: Tile) -> int:
+    """The largest buffer of a (chunk of a) problem in elements: x, y, V, M or U."""
+    p, a = TileGrid.of(problem, tile).P, tile.bins
+    n = problem.N
+    x, y = n * problem.H * problem.W * problem.C, n * problem.Ho * problem.Wo * problem.K
+    return max(x, y, a * p * problem.C, a * p * problem.K, a * problem.K * problem.Cg)
+
+
 def elems_one_image(problem: Problem, tile: Tile) -> int:
-    """The largest buffer one image needs (x, y, V, M, or U which no batch split shrinks),
-    in elements."""
-    p1 = tiles_per_image(problem, tile)
-    return max(
-        problem.H * problem.W * problem.C,
-        problem.Ho * problem.Wo * problem.K,
-        tile.bins * p1 * problem.C,
-        tile.bins * p1 * problem.K,
-        tile.bins * problem.K * problem.Cg,
-    )
+    """The largest buffer one image needs (U, which no batch split shrinks, included)."""
+    return elems(problem.with_batch(1), tile)
 
 
 def lds_bytes(spec) -> int:

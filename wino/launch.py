@@ -1,5 +1,5 @@
-"""Launch geometry: grid, block and the scalar kernel arguments of each stage, and the default
-per-problem pick of stage specs.
+"""Launch geometry: grid, block and the scalar kernel arguments of each stage (the per-kind facts
+are wino.kinds'), the workspace layout and the batch split.
 
 Tile numbering (every stage agrees): per dimension, outputs split into ``dil`` interleaved phases;
 a phase is an ordinary stride-1 Winograd over inputs spaced by ``dil``. Tile rows are phase-major:
@@ -19,10 +19,10 @@ Workspace layouts (xd = transformed dtype, acc = accumulator dtype):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from .geometry import INDEX_LIMIT, TileGrid, aligned, tiles_per_image
+from .geometry import INDEX_LIMIT, TileGrid, aligned, elems, tiles_per_image
 from .kinds import kind_of
 from .magic import magic_div
 from .problem import Problem
@@ -30,6 +30,7 @@ from .refusals import Refused, check_fit
 from .specs import RtFilterSpec, RtOutputSpec, StageSpec
 from .vocab import DType, Tile
 
+_PROBLEM_ARGS = "C K Cg Kg N H W pad_h pad_w dil_h dil_w Ho Wo".split()  # kernargs as is
 FORMAT = 2  # the kernarg ABI version (wino.kinds): bump when a kind's kernargs or buffers change
 
 
@@ -47,42 +48,14 @@ def stage_launch(spec: StageSpec, problem: Problem, *, tile_scale: bool = True) 
     ``tile_scale``: whether K4 divides by tile scales (the K2 spec's prescale is not none)."""
     kind = kind_of(spec)
     tg = TileGrid.of(problem, spec.tile)
-    g = problem.groups
-    base = dict(
-        P=tg.P,
-        C=problem.C,
-        K=problem.K,
-        Cg=problem.Cg,
-        Kg=problem.Kg,
-        G=g,
-        N=problem.N,
-        H=problem.H,
-        W=problem.W,
-        pad_h=problem.pad_h,
-        pad_w=problem.pad_w,
-        dil_h=problem.dil_h,
-        dil_w=problem.dil_w,
-        Ho=problem.Ho,
-        Wo=problem.Wo,
-        TH=tg.TH,
-        TW=tg.TW,
-        thp=tg.thp,
-        twp=tg.twp,
-        has_tile_scale=int(tile_scale),
-    )
-    channels = problem.K if isinstance(spec, RtOutputSpec) else problem.C
-    lanes = channels // spec.vec if not isinstance(spec, RtFilterSpec) else problem.Cg // spec.vec
+    base = {name: getattr(problem, name) for name in _PROBLEM_ARGS}
+    base.update(asdict(tg), G=problem.groups, has_tile_scale=int(tile_scale))
+    channels = {RtFilterSpec: problem.Cg, RtOutputSpec: problem.K}.get(type(spec), problem.C)
+    lanes = channels // spec.vec
     geometry, derived = kind.geometry(spec, problem, tg, lanes)
-    bins = spec.tile.bins
     derived.setdefault("grid_y", geometry[0][1])
     derived["lanes"] = lanes
-    derived["max_elems_chunk"] = max(
-        problem.N * problem.H * problem.W * problem.C,
-        problem.N * problem.Ho * problem.Wo * problem.K,
-        bins * tg.P * problem.C,
-        bins * tg.P * problem.K,
-        bins * problem.K * problem.Cg,
-    )
+    derived["max_elems_chunk"] = elems(problem, spec.tile)
     derived["max_threads_chunk"] = geometry[0][0] * geometry[1][0] * geometry[0][1]
     check_fit(spec, problem, derived)
     args = {**base, **derived}
