@@ -25,6 +25,8 @@ CORE = {
     "wino.launch",
     "wino.pick",
     "wino.cache",
+    "wino.axes",
+    "wino.matrix",
 }
 ABOVE_CORE = (
     "wino.codegen",
