@@ -68,11 +68,11 @@ def test_missing_compiler_skips_the_target_and_says_how_to_get_it(monkeypatch, t
     assert resolved.toolchains == ()
     (message,) = resolved.messages
     assert "wino-no-such-compiler-19" in message and f"target {target.value}" in message
-    assert toolchains.HOW_TO_GET[target] in message
+    assert toolchains.KITS[target].how_to_get in message
 
 
 def test_hip_how_to_names_the_debian_packages():
-    assert "apt-get install clang-19 lld-19" in toolchains.HOW_TO_GET[Target.HIP]
+    assert "apt-get install clang-19 lld-19" in toolchains.KITS[Target.HIP].how_to_get
 
 
 @pytest.mark.skipif(

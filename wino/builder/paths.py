@@ -7,8 +7,7 @@ from pathlib import Path
 
 from ..cache import atomic_write, build_folder
 from ..vocab import Target
-
-SOURCE_EXT = {Target.C: "c", Target.CUDA: "cu", Target.HIP: "hip"}
+from .toolchains import KITS
 
 
 def build_dir(root: Path | str | None = None) -> Path:
@@ -18,7 +17,7 @@ def build_dir(root: Path | str | None = None) -> Path:
 
 def source_path(target: Target, name: str, root: Path | str | None = None) -> Path:
     """build/src/<target>/<name>.<ext>: the rendered kernel the compiler reads."""
-    return build_dir(root) / "src" / target.value / f"{name}.{SOURCE_EXT[target]}"
+    return build_dir(root) / "src" / target.value / f"{name}.{KITS[target].source_ext}"
 
 
 def dep_file(root: Path | str | None = None) -> str:
