@@ -9,7 +9,7 @@ database.
 
 Manifest (schema/manifest.schema.json)::
 
-  {"format": 1, "target": "c", "flavor": "...", "toolchain": {"compiler": ..., "version": ...,
+  {"format": 2, "target": "c", "flavor": "...", "toolchain": {"compiler": ..., "version": ...,
    "flags": [...], "arch": ...},
    "kernels": {"<kernel name>": {"stage": "k2", "spec": {<spec fields>}, "symbol": "<name>",
                "binary": "bin/<name>-<hash>.so", "sha256": "<hex>", "source_sha256": "<hex>",
