@@ -11,6 +11,7 @@ import pytest
 from wino import cache
 from wino.builder import builder
 from wino.builder.report import format_spill_report, spill_report
+from wino.kinds import kind_of
 from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused
@@ -21,8 +22,10 @@ PUBLIC = Path(__file__).resolve().parents[2] / "shared" / "cases" / "public.txt"
 
 
 def _manifest(spills: dict[str, int | None]) -> cache.Manifest:
+    spec = RtFilterSpec()
+    abi = cache.KernelAbi.from_record(kind_of(spec).abi_record(spec))
     kernels = {
-        name: cache.CachedKernel(name, RtFilterSpec(), name, Path(name), "0" * 64, 64, value)
+        name: cache.CachedKernel(name, spec, name, Path(name), "0" * 64, 64, value, abi)
         for name, value in spills.items()
     }
     return cache.Manifest(Target.CUDA, "nvcc-13.0-sm_90", Path("."), {}, kernels)
