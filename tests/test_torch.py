@@ -17,7 +17,7 @@ from torch import nn  # noqa: E402
 import wino.torch as wt  # noqa: E402
 from tests import host_cache  # noqa: E402
 from tests.runtime_fixtures import issue_bound  # noqa: E402
-from wino.launch import default_stage_specs  # noqa: E402
+from wino.pick import default_stage_specs  # noqa: E402
 from wino.problem import Problem  # noqa: E402
 from wino.runtime import conv2d_reference, dispatch, relative_error  # noqa: E402
 from wino.runtime.plan import Plan, default_tile  # noqa: E402

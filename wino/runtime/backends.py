@@ -8,51 +8,14 @@ import functools
 from typing import Any
 
 from .. import cache
-from ..vocab import DType, Stage, Target
-
-
-@functools.lru_cache(maxsize=1)
-def cuda_available() -> bool:
-    """CuPy importable and at least one CUDA device present."""
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 - any import or driver failure means no CUDA here
-        return False
-
-
-#: One backend per manifest object (a new manifest file makes a new object): kernel handles are
-#: resolved once per process. Keyed by id; the value keeps the manifest alive.
-_BACKENDS: dict[int, tuple[cache.Manifest, Backend]] = {}
-
-
-def backend_for(target: Target, manifest: cache.Manifest):
-    """The backend running ``manifest``'s kernels (one per manifest and process)."""
-    hit = _BACKENDS.get(id(manifest))
-    if hit is not None and hit[0] is manifest:
-        return hit[1]
-    backend = _new_backend(target, manifest)
-    _BACKENDS[id(manifest)] = (manifest, backend)
-    return backend
-
-
-def _new_backend(target: Target, manifest: cache.Manifest):
-    if target is Target.C:
-        from .host import HostBackend
-
-        return HostBackend(manifest)
-    if target is Target.CUDA:
-        from .cuda import CudaBackend
-
-        return CudaBackend(manifest)
-    raise ValueError(f"target {target.value} has no runtime backend here (HIP is compile-only)")
+from ..vocab import DType, Stage
+from .arrays import dtype_of
+from .plan import GemmStep, plan_layout
+from .program import GemmOp, Source, build, carve
 
 
 def check_operands(plan, x, w) -> None:
     """Shapes and dtypes of x (NHWC) and w (KRSC) against the plan's problem (None: skip)."""
-    from .arrays import dtype_of
-
     p = plan.problem
     want_x, want_w = (p.N, p.H, p.W, p.C), (p.K, p.R, p.S, p.Cg)
     if x is not None and tuple(x.shape) != want_x:
@@ -125,8 +88,10 @@ class Backend:
     def issue_gemm(self, op, pointers: dict, arrays: dict, ctx) -> None:
         raise NotImplementedError
 
-    def launch(self, plan, step, *buffers) -> None:
-        """One kernel step on arrays (the benchmark's per-stage route)."""
+    def launch(self, plan, step, buffers: dict[str, Any]) -> None:
+        """One kernel step on arrays (the benchmark's per-stage route); ``buffers`` maps
+        parameter names (x, w, y, U, fs, V, ts, M) to arrays, bound in the order of the
+        kernel's ABI record (a missing one: null)."""
         raise NotImplementedError
 
     def gemm(self, step, V, U, M, images: int) -> None:
@@ -136,8 +101,6 @@ class Backend:
     def program(self, plan):
         """The plan's launches prepared once (kept on the plan)."""
         if plan._program is None:
-            from .program import build
-
             plan._program = build(plan, self.prepare)
         return plan._program
 
@@ -160,9 +123,6 @@ class Backend:
 
     def workspace(self, plan, workspace, images: int) -> dict[str, Any]:
         """Typed views of the workspace buffers for a chunk of ``images`` images."""
-        from .plan import plan_layout
-        from .program import carve
-
         raw = self.raw_workspace(plan, workspace)
         layout = plan_layout(plan.problem, plan.tile, plan.specs, images)
         return {
@@ -172,8 +132,6 @@ class Backend:
 
     def transform_filter(self, plan, w, workspace=None, stream=None):
         """K1 alone: (U, fs), in the workspace when one is given, else in new arrays."""
-        from .program import Source
-
         prog = self.program(plan)
         ctx = self.context(w, stream, "w")
         check_operands(plan, None, w)
@@ -194,8 +152,6 @@ class Backend:
 
     def run(self, plan, x, w, y, workspace, U, stream=None):
         """Every check first (nothing is written when one fails), then the prepared launches."""
-        from .program import GemmOp, Source
-
         prog = self.program(plan)
         ctx = self.context(x, stream)
         check_operands(plan, x, w)
@@ -228,10 +184,7 @@ class Backend:
     def chunk_launches(self, plan, images: int, xs, ys, views, u, fs):
         """(stage, a callable issuing it) per step of one batch chunk, in pipeline order, on
         arrays (the benchmark times stages through this)."""
-        from .plan import GemmStep
-        from .program import STAGE_BUFFERS
-
-        arrays = {**views, "x": xs, "y": ys, "U": u, "fs": fs}
+        named = {**views, "x": xs, "y": ys, "U": u, "fs": fs}
         out = []
         for step in plan.chunk_steps[images]:
             if isinstance(step, GemmStep):
@@ -239,7 +192,6 @@ class Backend:
             elif step.stage is Stage.FILTER:
                 continue  # K1 runs once per filter, not per chunk
             else:
-                buffers = (arrays.get(name) for name in STAGE_BUFFERS[step.stage])
-                args = (self.launch, plan, step, *buffers)
+                args = (self.launch, plan, step, named)
             out.append((step.stage, functools.partial(*args)))
         return out

@@ -17,24 +17,27 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import cache
-from ..launch import kernarg_kind, kernarg_names
 from ..vocab import DType
 from .arrays import dtype_of, is_torch
 from .backends import Backend
 from .cublas import CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F, Gemm
+from .host import args_struct
 from .plan import GemmStep, KernelStep, Plan
+from .program import Source
 
 _TORCH_NAMES = {DType.FP32: "float32", DType.FP16: "float16", DType.BF16: "bfloat16"}
 _CUDA_TYPE = {DType.FP32: CUDA_R_32F, DType.FP16: CUDA_R_16F, DType.BF16: CUDA_R_16BF}
 _RAW = {2: np.uint16, 4: np.float32}
 
 
+_NP_TYPES = {"int": np.int32, "unsigned": np.uint32}
+
+
 @functools.cache
-def args_dtype(kind: str) -> np.dtype:
-    """The kernarg struct as a numpy structured dtype (passed by value to the kernel)."""
-    return np.dtype(
-        [(n, np.uint32 if n.startswith(("m_", "s_")) else np.int32) for n in kernarg_names(kind)]
-    )
+def args_dtype(abi: cache.KernelAbi) -> np.dtype:
+    """The kernarg struct of a kernel's ABI record as a numpy structured dtype (passed by value
+    to the kernel)."""
+    return np.dtype([(name, _NP_TYPES[ctype]) for ctype, name in abi.kernargs])
 
 
 def device_view(array: Any, dtype: DType, raw_bytes: bool = False):
@@ -148,14 +151,11 @@ class CudaBackend(Backend):
 
     # Prepared launches -----------------------------------------------------------------------
     def prepare(self, plan: Plan, step: KernelStep) -> _Launch:
-        from .host import args_struct
-        from .program import STAGE_BUFFERS
-
         self.gemm_handle()  # created before any capture
-        args = args_struct(kernarg_kind(plan.specs[step.stage]))(*step.launch.kernargs.values())
+        abi = self.manifest.kernel(step.name).abi
+        args = args_struct(abi)(*abi.pack(step.launch.kernargs))
         function = self.function(step.name)
-        buffers = len(STAGE_BUFFERS[step.stage])
-        return _Launch(function.ptr, args, buffers, step.launch.grid, step.launch.block)
+        return _Launch(function.ptr, args, len(abi.buffers), step.launch.grid, step.launch.block)
 
     def issue(self, op, pointers: dict, ctx: Context) -> None:
         h = op.handle
@@ -170,8 +170,6 @@ class CudaBackend(Backend):
             raise RuntimeError(f"cuLaunchKernel {op.step.name} failed with CUresult {status}")
 
     def issue_gemm(self, op, pointers: dict, arrays: dict, ctx: Context) -> None:
-        from .program import Source
-
         ws = pointers[Source.WS]
         self._gemm_pointers(
             op.step, ws + op.V.offset, pointers[Source.U], ws + op.M.offset, ctx.stream
@@ -323,11 +321,12 @@ class CudaBackend(Backend):
         nbytes = count * dtype.itemsize
         return raw[offset : offset + nbytes].view(_RAW[dtype.itemsize]).reshape(shape)
 
-    def launch(self, plan: Plan, step: KernelStep, *buffers) -> None:
+    def launch(self, plan: Plan, step: KernelStep, buffers: dict[str, Any]) -> None:
         """One step on CuPy arrays on CuPy's current stream (the benchmark's route)."""
-        spec = plan.specs[step.stage]
-        args = np.array(tuple(step.launch.kernargs.values()), dtype=args_dtype(kernarg_kind(spec)))
-        pointers = [b if b is not None else self._dummy for b in buffers]
+        abi = self.manifest.kernel(step.name).abi
+        args = np.array(tuple(abi.pack(step.launch.kernargs)), dtype=args_dtype(abi))
+        arrays = [buffers.get(name) for name in abi.buffer_names]
+        pointers = [self._dummy if b is None else b for b in arrays]
         self.function(step.name)(step.launch.grid, step.launch.block, (args[()], *pointers))
 
     def holds(self, array, shape: tuple[int, ...], dtype: DType) -> bool:

@@ -9,11 +9,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import cache
-from ..launch import kernarg_kind, kernarg_names
 from ..vocab import DType
 from .arrays import is_torch, numpy_dtype, torch_numpy
 from .backends import Backend
 from .plan import GemmStep, KernelStep, Plan
+from .program import Source
 
 ALIGN = 16  # the widest vector load or store the kernels make (bytes)
 
@@ -61,14 +61,14 @@ def _writable(label: str, array, shape: tuple[int, ...], dtype: np.dtype) -> np.
     return array
 
 
+_CTYPES = {"int": ctypes.c_int, "unsigned": ctypes.c_uint}
+
+
 @functools.cache
-def args_struct(kind: str) -> type[ctypes.Structure]:
-    """The kernarg struct of a stage kind (field order: wino.launch.KERNARG_FIELDS)."""
-    fields = [
-        (n, ctypes.c_uint if n.startswith(("m_", "s_")) else ctypes.c_int)
-        for n in kernarg_names(kind)
-    ]
-    return type(f"Args_{kind}", (ctypes.Structure,), {"_fields_": fields})
+def args_struct(abi: cache.KernelAbi) -> type[ctypes.Structure]:
+    """The kernarg struct of a kernel's ABI record (wino.cache.KernelAbi)."""
+    fields = [(name, _CTYPES[ctype]) for ctype, name in abi.kernargs]
+    return type(f"Args_{abi.kind}", (ctypes.Structure,), {"_fields_": fields})
 
 
 class _Launch(NamedTuple):
@@ -92,13 +92,11 @@ class HostBackend(Backend):
         return self._functions[name]
 
     def prepare(self, plan: Plan, step: KernelStep) -> _Launch:
-        from .program import STAGE_BUFFERS
-
+        abi = self.manifest.kernel(step.name).abi
         function = self.function(step.name)
-        buffers = len(STAGE_BUFFERS[step.stage])
-        function.argtypes = [ctypes.c_void_p] * (1 + buffers) + [ctypes.c_uint] * 2
+        function.argtypes = [ctypes.c_void_p] * (1 + len(abi.buffers)) + [ctypes.c_uint] * 2
         function.restype = None
-        args = args_struct(kernarg_kind(plan.specs[step.stage]))(*step.launch.kernargs.values())
+        args = args_struct(abi)(*abi.pack(step.launch.kernargs))
         gx, gy, _ = step.launch.grid
         return _Launch(function, args, ctypes.addressof(args), gx, gy)
 
@@ -107,8 +105,6 @@ class HostBackend(Backend):
         h.function(h.address, *[pointers[s.source] + s.offset for s in op.slots], h.gx, h.gy)
 
     def issue_gemm(self, op, pointers: dict, arrays: dict, ctx) -> None:
-        from .program import Source
-
         raw, u = arrays[Source.WS], arrays[Source.U]
         view = self.typed_view
         if u is None:
@@ -117,10 +113,11 @@ class HostBackend(Backend):
         M = view(raw, op.M.offset, op.M.count, op.M.dtype, op.M.shape)
         self.gemm(op.step, V, u, M, op.images)
 
-    def launch(self, plan: Plan, step: KernelStep, *buffers: np.ndarray | None) -> None:
-        spec = plan.specs[step.stage]
-        args = args_struct(kernarg_kind(spec))(*step.launch.kernargs.values())
-        pointers = [ctypes.c_void_p(b.ctypes.data if b is not None else 0) for b in buffers]
+    def launch(self, plan: Plan, step: KernelStep, buffers: dict[str, np.ndarray]) -> None:
+        abi = self.manifest.kernel(step.name).abi
+        args = args_struct(abi)(*abi.pack(step.launch.kernargs))
+        arrays = [buffers.get(name) for name in abi.buffer_names]
+        pointers = [ctypes.c_void_p(0 if b is None else b.ctypes.data) for b in arrays]
         gx, gy, _ = step.launch.grid
         self.function(step.name)(
             ctypes.c_void_p(ctypes.addressof(args)), *pointers, ctypes.c_uint(gx), ctypes.c_uint(gy)

@@ -18,17 +18,17 @@ from ..launch import (
     Launch,
     TileGrid,
     batch_chunks,
-    default_stage_specs,
     largest_split,
     stage_launch,
     workspace_bytes,
     workspace_layout,
 )
+from ..pick import default_stage_specs
 from ..problem import Problem
 from ..refusals import Refused, check_problem
 from ..specs import RtInputSpec, StageSpec
 from ..vocab import DType, Prescale, Stage, Target, Tile
-from . import tuning
+from . import registry, tuning
 
 ALGORITHMS = ("winograd_aot",)
 
@@ -133,9 +133,7 @@ class Plan:
     # Running ---------------------------------------------------------------------------------
     def backend(self):
         if self._backend is None:
-            from .backends import backend_for
-
-            self._backend = backend_for(self.target, self.manifest)
+            self._backend = registry.backend_for(self.target, self.manifest)
         return self._backend
 
     def transform_filter(self, w, workspace=None, stream=None):
@@ -241,22 +239,10 @@ def _ordered(specs: dict[Stage, StageSpec]) -> dict[Stage, StageSpec]:
     return {stage: specs[stage] for stage in GRID_STAGES if stage in specs}
 
 
-def _default_pick(problem: Problem, tile: Tile, manifest: cache.Manifest):
-    """The default pick among the kernels the cache holds (no grid expansion: the first
-    dispatch stays fast); when none of them fits, the grid's pick, so that the missing kernel
-    is named with the command that builds it."""
-    try:
-        return default_stage_specs(problem, tile, available=manifest.kernels.__contains__)
-    except Refused:
-        return default_stage_specs(problem, tile)
-
-
 def _pick_target(target: Target | str | None) -> Target:
     if target is not None:
         return Target(target) if isinstance(target, str) else target
-    from .backends import cuda_available
-
-    return Target.CUDA if cuda_available() else Target.C
+    return Target.CUDA if registry.cuda_available() else Target.C
 
 
 #: Plans by everything that decides one: key -> (cache state, plan), oldest first.
@@ -341,7 +327,7 @@ def _assemble(
     if specs is None:
         specs, source = tuning.lookup(problem, target, tile, cache_root), "tuning DB"
     if specs is None:
-        specs, source = _default_pick(problem, tile, manifest), "default pick"
+        specs, source = default_stage_specs(problem, tile), "default pick"
     specs = _ordered(specs)
     for spec in specs.values():
         manifest.kernel(spec.name, verify=False)

@@ -1,5 +1,6 @@
 """A plan prepared for running, once: every launch with its kernel handle, its kernarg struct
 packed and where each of its buffers lives (an operand and a byte offset), per batch chunk.
+The buffers of a kernel and their order come from its ABI record in the manifest.
 
 ``plan.run`` then does only what depends on the call's arrays: check them, take their base
 pointers and issue the prepared launches. The backends supply the handles (``prepare``) and
@@ -26,15 +27,6 @@ class Source(enum.Enum):
     U = "U"  # the transformed filter (caller's, or in the workspace)
     FS = "fs"  # the filter scales (likewise)
     NONE = "none"  # a buffer the plan does not have (ts without prescale): a null pointer
-
-
-#: The buffers each stage's kernel takes, in calling order (the ABI of templates/*.j2).
-STAGE_BUFFERS: dict[Stage, tuple[str, ...]] = {
-    Stage.FILTER: ("w", "U", "fs"),
-    Stage.PRESCALE: ("x", "ts"),
-    Stage.INPUT: ("x", "V", "ts"),
-    Stage.OUTPUT: ("M", "fs", "ts", "y"),
-}
 
 
 @dataclass(frozen=True)
@@ -113,6 +105,11 @@ def _slot(name: str, buffers: dict[str, Buffer], x_at: int, y_at: int) -> Slot:
     return Slot(Source.WS, buffers[name].offset)
 
 
+def _buffers(plan: Plan, step: KernelStep) -> tuple[str, ...]:
+    """The kernel's buffer parameters in calling order, from its ABI record in the manifest."""
+    return plan.manifest.kernel(step.name, verify=False).abi.buffer_names
+
+
 def build(plan: Plan, prepare) -> Program:
     """The plan's launches, each prepared once by ``prepare(plan, step)``."""
     p = plan.problem
@@ -120,7 +117,7 @@ def build(plan: Plan, prepare) -> Program:
     y_image = p.Ho * p.Wo * p.K * p.dtype.itemsize
     first = carve(plan_layout(p, plan.tile, plan.specs, plan.batch_split))
     k1 = next(s for s in plan.steps if s.stage is Stage.FILTER)
-    k1_slots = tuple(_slot(n, first, 0, 0) for n in STAGE_BUFFERS[k1.stage])
+    k1_slots = tuple(_slot(n, first, 0, 0) for n in _buffers(plan, k1))
     k1_op = KernelOp(k1, k1_slots, prepare(plan, k1))
     chunks = []
     for start, images in plan.chunks:
@@ -132,7 +129,7 @@ def build(plan: Plan, prepare) -> Program:
             elif step.stage is not Stage.FILTER:
                 slots = tuple(
                     _slot(n, buffers, start * x_image, start * y_image)
-                    for n in STAGE_BUFFERS[step.stage]
+                    for n in _buffers(plan, step)
                 )
                 ops.append(KernelOp(step, slots, prepare(plan, step)))
         chunks.append(tuple(ops))
