@@ -6,7 +6,7 @@
     python3 scripts/gpu_fused.py sanitize  # one small fused plan (run under compute-sanitizer)
 
 Run from the repository root with CuPy and PyTorch importable (doit is not needed: the build
-goes through wino.build.builder). scripts/gpu_fused.sh runs all four in order.
+goes through wino.builder.builder). scripts/gpu_fused.sh runs all four in order.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from wino import grid  # noqa: E402
-from wino.build import builder  # noqa: E402
-from wino.launch import TileGrid, default_fused_specs, default_stage_specs  # noqa: E402
+from wino.builder import builder  # noqa: E402
+from wino.geometry import TileGrid  # noqa: E402
+from wino.pick import default_fused_specs, default_stage_specs  # noqa: E402
 from wino.problem import Problem  # noqa: E402
 from wino.runtime import conv2d_reference, dispatch, relative_error  # noqa: E402
 from wino.runtime.plan import default_tile  # noqa: E402

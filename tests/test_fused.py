@@ -18,7 +18,8 @@ from tests import host_cache
 from wino import grid
 from wino.codegen.render import render
 from wino.fused import FusedBudget
-from wino.launch import default_fused_specs, stage_launch
+from wino.launch import stage_launch
+from wino.pick import default_fused_specs
 from wino.problem import Problem
 from wino.refusals import Refused, spec_refusal
 from wino.runtime import conv2d_reference, dispatch, relative_error

@@ -9,7 +9,8 @@ import pytest
 
 from wino import config, grid
 from wino.fused import FusedBudget
-from wino.launch import default_stage_specs, largest_split, stage_launch
+from wino.launch import largest_split, stage_launch
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused, check_problem, lds_bytes, rule_book, rules, spec_namespace
 from wino.specs import RtFusedSpec, RtInputSpec

@@ -1,0 +1,127 @@
+"""The default pick: per stage, among the grid's specs of the problem's tile and dtypes, the
+first that fits the problem in the preference order grids/stages.yaml declares (``default_pick``).
+
+An order is a list of axes, most significant first; each axis either lists the values it
+allows, best first (values not listed are never picked by default), or says ``descending`` /
+``ascending``. So a value added to the grid is picked by default where an order admits it, and a
+preference is changed in YAML, not here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+
+from . import config, grid
+from .launch import stage_launch
+from .problem import Problem
+from .refusals import Refused
+from .specs import StageSpec
+from .vocab import DType, Prescale, Stage, Tile
+
+_DIRECTIONS = {"ascending": 1, "descending": -1}
+
+
+def default_xdtype(dtype: DType) -> DType:
+    """fp16 transformed storage for 16-bit inputs (bf16 too: about 8x more accurate than bf16
+    storage, made safe by the prescale), fp32 for fp32."""
+    return DType.FP32 if dtype is DType.FP32 else DType.FP16
+
+
+def _rank(order: list[dict], values: dict) -> tuple | None:
+    """The sort key of a spec's plain values under ``order``; None when an axis excludes it."""
+    key = []
+    for axis in order:
+        ((name, how),) = axis.items()
+        value = values[name]
+        if isinstance(how, str):
+            key.append(_DIRECTIONS[how] * value)
+        elif value in how:
+            key.append(how.index(value))
+        else:
+            return None
+    return tuple(key)
+
+
+@lru_cache(maxsize=256)
+def candidates(stage: Stage, tile: Tile, io: DType, xdtype: DType) -> tuple[StageSpec, ...]:
+    """The grid's specs of one stage, tile and dtype pair that the declared order admits, best
+    first."""
+    order = config.declared("stages")["default_pick"][stage.short]
+    ranked = []
+    for spec in grid.aot_stage_specs(stage):
+        if spec.tile != tile or spec.io is not io or getattr(spec, "xdtype", xdtype) is not xdtype:
+            continue
+        key = _rank(order, spec.fields_dict())
+        if key is not None:
+            ranked.append((key, spec))
+    ranked.sort(key=lambda pair: pair[0])  # stable: declaration order breaks ties
+    return tuple(spec for _, spec in ranked)
+
+
+def _first_fit(stage: Stage, tile: Tile, io: DType, xdtype: DType, problem: Problem) -> StageSpec:
+    reasons = []
+    for spec in candidates(stage, tile, io, xdtype):
+        try:
+            stage_launch(spec, problem)
+        except Refused as refusal:
+            reasons.append(f"{spec.name}: {refusal}")
+            continue
+        return spec
+    tried = "; tried " + "; ".join(reasons) if reasons else ""
+    raise Refused(
+        "no_spec_in_grid",
+        f"no {stage.short} kernel of the grid for {tile.name} {io.short}/{xdtype.short} fits "
+        f"this problem{tried}. Add a fitting sub-grid to grids/stages.yaml (and, if it is "
+        "outside the order, to default_pick there) and rebuild",
+    )
+
+
+def default_stage_specs(
+    problem: Problem, tile: Tile, dtype: DType | None = None, xdtype: DType | None = None
+) -> dict[Stage, StageSpec]:
+    """The default pick per stage for a problem (its channel extents decide, not the batch);
+    ``dtype`` overrides the problem's. Always inside the grid; raises Refused when nothing
+    fits."""
+    dtype = dtype or problem.dtype
+    xdtype = xdtype or default_xdtype(dtype)
+    probe = replace(problem, N=1, dtype=dtype)
+    k2 = _first_fit(Stage.INPUT, tile, dtype, xdtype, probe)
+    stages = [Stage.FILTER, *([Stage.PRESCALE] if k2.prescale is Prescale.SPLIT else [])]
+    picks = {stage: _first_fit(stage, tile, dtype, xdtype, probe) for stage in stages}
+    picks[Stage.INPUT] = k2
+    picks[Stage.OUTPUT] = _first_fit(Stage.OUTPUT, tile, dtype, xdtype, probe)
+    return dict(sorted(picks.items(), key=lambda item: grid.GRID_STAGES.index(item[0])))
+
+
+def default_fused_specs(
+    problem: Problem, tile: Tile, dtype: DType | None = None, mdtype: DType | None = None
+) -> dict[Stage, StageSpec]:
+    """The default fused2d_rt pick: K1 (U in the MMA dtype), K2a when the kernel reads tile
+    scales (fp16 MMA operands), and the first grid KF spec of the tile and dtypes that fits in
+    the declared order. MMA operands default to fp16 (for bf16 io too: about 8x more accurate
+    than bf16 operands, as K2's storage). Raises Refused when nothing fits."""
+    dtype = dtype or problem.dtype
+    if dtype is DType.FP32:
+        raise Refused(
+            "fused_io_fp32",
+            "the fused kernel multiplies on fp16/bf16 tensor cores; fp32 io has no fused "
+            "kernel: use the unfused plan (algorithm='unfused')",
+        )
+    mdtype = mdtype or DType.FP16
+    if not candidates(Stage.FUSED, tile, dtype, mdtype):
+        tiles = sorted({s.tile.name for s in grid.aot_stage_specs(Stage.FUSED) if s.io is dtype})
+        raise Refused(
+            "fused_no_kernel",
+            f"the grid has no fused kernel for tile {tile.name}, io {dtype.short}, MMA "
+            f"dtype {mdtype.short}; fused tiles for io {dtype.short}: "
+            f"{', '.join(tiles) or 'none'}. Pass one of those tiles, algorithm='unfused', or "
+            "add a kf sub-grid to grids/stages.yaml and rebuild",
+        )
+    probe = replace(problem, N=1, dtype=dtype)
+    kf = _first_fit(Stage.FUSED, tile, dtype, mdtype, probe)
+    picks = {Stage.FILTER: _first_fit(Stage.FILTER, tile, dtype, mdtype, probe)}
+    if kf.prescale is Prescale.SPLIT:
+        picks[Stage.PRESCALE] = _first_fit(Stage.PRESCALE, tile, dtype, mdtype, probe)
+    picks[Stage.FUSED] = kf
+    return picks
