@@ -167,3 +167,71 @@ def test_planned_kernel_tasks_are_the_grid(tmp_path, monkeypatch):
     assert names == [s.name for s in aot_stage_specs()]
     assert tasks.compile_task(p)["task_dep"] == ["manifest:c"]
     assert tasks.manifest_task(p)["task_dep"] == ["compile_c"]
+
+
+# The build repairs what the runtime refuses -----------------------------------------------------
+def _binary(project: Path, kernel: str) -> Path:
+    from wino import cache
+
+    return cache.find_manifest(Target.C, project / "build").kernels[kernel].path
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda p: p.write_bytes(
+            p.read_bytes()[:100] + bytes([p.read_bytes()[100] ^ 1]) + p.read_bytes()[101:]
+        ),
+        lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
+        lambda p: p.unlink(),
+    ],
+    ids=["flipped-byte", "truncated", "deleted"],
+)
+def test_compile_repairs_a_damaged_binary(project, damage):
+    from wino import cache
+
+    assert ran(doit(project, "compile:c")) == []
+    kernel = K4[1].split(":")[1]
+    path = _binary(project, kernel)
+    good = path.read_bytes()
+    damage(path)
+    manifest = cache.find_manifest(Target.C, project / "build")
+    with pytest.raises(cache.CacheError, match="doit compile:c"):
+        manifest.kernel(kernel)
+    assert cache.verify(project / "build")[1]
+    done = ran(doit(project, "compile:c"))
+    assert f"compile_c:{kernel}" in done and len([d for d in done if "k1_" in d]) == 0
+    assert path.read_bytes() == good  # the same content at the same address
+    assert cache.verify(project / "build") == (len(manifest.kernels), [])
+    assert ran(doit(project, "compile:c")) == []
+
+
+def test_lost_or_truncated_doit_db_costs_a_check_not_a_rebuild(project):
+    ran(doit(project, "compile:c"))
+    binaries = project / "build" / "cache"
+    before = {p: p.stat().st_mtime_ns for p in binaries.glob("v*/c/*/bin/*.so")}
+    for db in (project / "build").glob(".doit.db*"):
+        db.write_bytes(b"")
+        break
+    else:
+        pytest.fail("no doit database")
+    ran(doit(project, "compile:c"))  # the tasks run, finding every binary intact
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+
+
+def test_clean_removes_the_grid_binaries_and_manifest(project):
+    """`doit clean` (the default task and what it depends on) removes the binaries the grid
+    addresses and the manifest; stale binaries of other flags stay (docs/BUILD.md)."""
+    from wino import cache
+
+    ran(doit(project, "compile:c"))
+    manifest = cache.find_manifest(Target.C, project / "build")
+    current = [k.path for k in manifest.kernels.values()]
+    stale = set(manifest.directory.glob("bin/*.so")) - set(current)
+    done = doit(project, "clean")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not [p for p in current if p.exists() or p.with_suffix(".json").exists()]
+    assert not manifest.path.exists()
+    assert {p for p in stale if p.exists()} == stale
+    ran(doit(project, "compile:c"))
+    assert cache.verify(project / "build") == (len(current), [])

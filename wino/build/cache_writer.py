@@ -70,7 +70,27 @@ class KernelBinary:
         return self.directory / f"{self.stem}.json"
 
     def done(self) -> bool:
-        return self.report.is_file() and self.binary.is_file()
+        """Built and intact: the report is there and the binary's content matches it (a
+        corrupted or truncated binary is rebuilt, whatever doit's database says)."""
+        try:
+            report = json.loads(self.report.read_text(encoding="utf-8"))
+            return cache.sha256_file(self.binary) == report["sha256"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+
+    def recorded_sha256(self) -> str | None:
+        """The binary's sha256 as its report records it (None: no readable report)."""
+        try:
+            return json.loads(self.report.read_text(encoding="utf-8"))["sha256"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def remove(self) -> list[Path]:
+        """Delete the binary, its report and the artefacts beside it (bin/<name>-<hash16>.*)."""
+        removed = sorted(self.directory.glob(f"{self.stem}.*"))
+        for path in removed:
+            path.unlink(missing_ok=True)
+        return removed
 
 
 def _publish(scratch_file: Path, final: Path) -> str:

@@ -57,6 +57,31 @@ def manifest_action(
     return written
 
 
+def binaries_intact(binaries: tuple[KernelBinary, ...]) -> bool:
+    """doit uptodate check of a kernel task: every binary matches its report's sha256."""
+    return all(kb.done() for kb in binaries)
+
+
+def manifests_current(manifests: tuple[tuple[str, tuple[KernelBinary, ...]], ...]) -> bool:
+    """doit uptodate check of a manifest task: each manifest reads and records its binaries'
+    current sha256 (a rebuilt binary republishes the manifest)."""
+    for path, binaries in manifests:
+        try:
+            kernels = json.loads(Path(path).read_text(encoding="utf-8"))["kernels"]
+            if any(kernels[kb.name]["sha256"] != kb.recorded_sha256() for kb in binaries):
+                return False
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+    return True
+
+
+def clean_binaries(binaries: tuple[KernelBinary, ...]) -> None:
+    """doit clean of a kernel task: its binaries, reports and artefacts."""
+    for kb in binaries:
+        for path in kb.remove():
+            print(f"removed {path}")
+
+
 # Task dicts --------------------------------------------------------------------------------------
 def _digests(binaries: Iterable[KernelBinary]) -> str:
     """The addresses (flavor, kernel, hash16) as one config_changed string."""
@@ -90,7 +115,12 @@ def kernel_tasks(plan: TargetPlan, root: str | None = None) -> Iterator[dict]:
             "targets": targets,
             # the binary addresses hash the rendered source, compiler identity, flags and arch:
             # a grid edit reruns exactly the specs whose source changed (no file_dep on YAML)
-            "uptodate": [config_changed(_digests(job.binaries))],
+            # and the content is checked: a corrupted or missing binary is rebuilt
+            "uptodate": [
+                config_changed(_digests(job.binaries)),
+                (binaries_intact, (tuple(job.binaries),)),
+            ],
+            "clean": [(clean_binaries, (tuple(job.binaries),))],
             "verbosity": 1,
         }
 
@@ -111,8 +141,20 @@ def manifest_task(plan: TargetPlan, root: str | None = None) -> dict:
         "actions": [(manifest_action, (plan.toolchains, kernels, root))],
         "task_dep": [f"compile_{plan.target.value}"],
         "targets": manifests,
-        "uptodate": [config_changed(_digests(kb for job in plan.jobs for kb in job.binaries))],
+        "uptodate": [
+            config_changed(_digests(kb for job in plan.jobs for kb in job.binaries)),
+            (manifests_current, (_published(plan, manifests),)),
+        ],
+        "clean": True,
     }
+
+
+def _published(plan: TargetPlan, manifests: list[str]) -> tuple:
+    """(manifest path, the binaries it lists) per flavor, for manifests_current."""
+    return tuple(
+        (path, tuple(kb for job in plan.jobs for kb in job.binaries if kb.toolchain == tc))
+        for path, tc in zip(manifests, plan.toolchains, strict=True)
+    )
 
 
 def compile_task(plan: TargetPlan) -> dict:
