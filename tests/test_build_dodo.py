@@ -159,6 +159,21 @@ def test_validate_names_the_bad_field(project):
         stages.write_text(good)
 
 
+def test_validate_rejects_a_bad_rule_with_its_id_and_line(project):
+    refusals = project / "grids" / "refusals.yaml"
+    good = refusals.read_text()
+    planted = '  - id: planted\n    when: "H > Hx"\n    message: "a message long enough"\n'
+    refusals.write_text(good.replace("problem_rules:\n", "problem_rules:\n" + planted, 1))
+    line = refusals.read_text().splitlines().index("  - id: planted") + 1
+    try:
+        done = doit(project, "validate")
+        out = done.stdout + done.stderr
+        assert done.returncode != 0 and f"refusals.yaml:{line}: rule planted:" in out
+        assert "unknown name(s) ['Hx']" in out
+    finally:
+        refusals.write_text(good)
+
+
 def test_planned_kernel_tasks_are_the_grid(tmp_path, monkeypatch):
     """The real grid: one compile_<target>:<name> task per accepted spec, named by kernel name."""
     monkeypatch.setenv("WINO_BUILD", str(tmp_path))

@@ -342,7 +342,7 @@ def test_forbidden_condition_constructs(condition, match):
 def test_unknown_name_and_message_field_are_config_errors():
     ns = spec_namespace(RtFilterSpec())
     with pytest.raises(ConfigError, match=r"unknown name\(s\) \['blok'\]"):
-        Rule("typo", "spec", ("k1",), "blok > 1", "a message").fires(ns)
+        Rule("typo", "spec", ("k1",), "blok > 1", "a message long enough").fires(ns)
     with pytest.raises(ConfigError, match="message names 'blok'"):
         Rule("typo", "spec", ("k1",), "block > 1", "block {blok} is bad").refusal(ns)
 
@@ -372,3 +372,105 @@ def test_spec_namespace_sizes(tile):
     assert (ns["bins"], ns["mh"], ns["mw"]) == (tile.bins, tile.mh, tile.mw)
     assert ns["lds_bytes"] == tile.ah * (4 * tile.mw + 2) * 16 * 4 * 4
     assert ns["tile"] == tile.name and ns["stage"] == "k2"
+
+
+# A bounded expression language ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "condition, match",
+    [
+        ("2 ** 2 ** 100 > 1", "exponent"),
+        ("block ** 100000000 > 1", "exponent"),
+        ("9 ** 64 ** 64 > 1", "past 2\\*\\*256"),
+        ("block * 10**60 * 10**60 * 10**60 * 10**60 * 10**60 > 1", "past 2\\*\\*256"),
+        ("(block * 10**60) ** 64 > 1", "past 2\\*\\*256"),
+        ("'a' * 100000000 == ''", "takes numbers"),
+        ("'ab' + 'cd' == 'abcd'", "takes numbers"),
+        ("block // 0 > 1", "division"),
+        ("1" + "0" * 100 + " > block", "out of bounds"),
+        ("block > 1 and " * 40 + "True", "characters, over"),
+    ],
+)
+def test_attacks_on_conditions_fail_fast_and_clearly(condition, match):
+    import time
+
+    rule = Rule("attack", "spec", ("k1",), condition, "a message long enough", "refusals.yaml:7")
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=f"refusals.yaml:7: rule attack: .*{match}"):
+        rule.fires(spec_namespace(RtFilterSpec()))
+    assert time.perf_counter() - start < 0.5
+
+
+@pytest.mark.parametrize(
+    "message, match",
+    [
+        ("block {block:999999999}", "width 999999999 is over 99"),
+        ("block {block:>1000000}", "width 1000000 is over 99"),
+        ("block {block:.100000f}", "prec 100000 is over 99"),
+        ("block {block:{block}}", "format"),
+        ("leak {block.__class__}", "plain name"),
+        ("leak {block[0]}", "plain name"),
+        ("leak {block!a}", "format"),
+        ("unbalanced {block", "not a format string"),
+    ],
+)
+def test_attacks_on_messages_fail_fast_and_clearly(message, match):
+    rule = Rule("attack", "spec", ("k1",), "block > 1", message, "refusals.yaml:9")
+    with pytest.raises(ConfigError, match=f"refusals.yaml:9: rule attack: .*{match}"):
+        rule.refusal(spec_namespace(RtFilterSpec()))
+
+
+def test_bounded_arithmetic_keeps_the_real_range():
+    ns = {**spec_namespace(RtFilterSpec()), "n": 2**31 - 1}
+    assert Rule("ok", "spec", ("k1",), "n * n * n * n * n > 2 ** 64", "m").fires(ns) is True
+    assert Rule("ok", "spec", ("k1",), "block in (256, 512) and -n < 0", "m").fires(ns) is True
+
+
+def _book_with(monkeypatch, tmp_path, scope: str, entry: str):
+    """rule_book() over a copy of grids/ whose refusals.yaml gains one rule at its scope."""
+    import shutil
+
+    from wino import refusals
+
+    grids = tmp_path / "grids"
+    shutil.copytree(config.GRIDS, grids)
+    text = (grids / "refusals.yaml").read_text()
+    text = text.replace(f"{scope}_rules:\n", f"{scope}_rules:\n{entry}", 1)
+    (grids / "refusals.yaml").write_text(text)
+    monkeypatch.setattr(config, "GRIDS", grids)
+    config.declared.cache_clear()
+    refusals.rule_book.cache_clear()
+    monkeypatch.setattr(refusals.rule_book, "cache_clear", refusals.rule_book.cache_clear)
+    return grids / "refusals.yaml"
+
+
+@pytest.fixture()
+def restore_book():
+    from wino import refusals
+
+    yield
+    config.declared.cache_clear()
+    refusals.rule_book.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "scope, when, message, match",
+    [
+        ("problem", "Hx > 3", "a message long enough {H}", r"unknown name\(s\) \['Hx'\]"),
+        ("fit", "vec > blok", "a message long enough", r"unknown name\(s\) \['blok'\]"),
+        ("spec", "block >", "a message long enough", "bad condition"),
+        ("problem", "H > 3", "a message long enough {Hx}", "message names 'Hx'"),
+        ("fit", "span > 3", "a message long enough", r"unknown name\(s\) \['span'\]"),
+    ],
+)
+def test_a_bad_rule_fails_at_load_with_id_and_line(
+    monkeypatch, tmp_path, restore_book, scope, when, message, match
+):
+    stages = "" if scope == "problem" else "    stages: [k1, k2]\n"
+    entry = f'  - id: planted\n{stages}    when: "{when}"\n    message: "{message}"\n'
+    path = _book_with(monkeypatch, tmp_path, scope, entry)
+    line = path.read_text().splitlines().index("  - id: planted") + 1
+    with pytest.raises(ConfigError, match=f"{path}:{line}: rule planted: .*{match}"):
+        rule_book()
+    from wino.cli import main
+
+    assert main(["grid"]) == 2
