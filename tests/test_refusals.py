@@ -40,6 +40,15 @@ SPEC_BREAKERS = {
         RtFilterSpec(rows=0),
         "filter rows 0 < 1: a K1 workgroup must transform at least one",
     ),
+    "block_not_pow2_reduction": (
+        RtPrescaleSpec(block=384),
+        "block 384 is not a power of two: the workgroup's max reduction",
+    ),
+    "filter_shared_over_limit": (
+        RtFilterSpec(block=256, rows=64),
+        f"K1 block 256 x rows 64 holds that many fp32 row maxima in shared memory (the host "
+        f"target: on its stack), over the {P['lds_bytes_limit']}-byte limit",
+    ),
     "window_registers": (
         RtOutputSpec(tile="F6x6", vec=8),
         "F6x6 at vec 8 holds 64x8 fp32 values per thread, past the "
@@ -84,6 +93,10 @@ SPEC_BREAKERS = {
         RtInputSpec(**{**LDS, "prescale": "fused"}),
         "the LDS-region path cannot fuse the prescale",
     ),
+    "fused_block_not_pow2": (
+        RtInputSpec(block=384),
+        "fused prescale with block 384: the max reduction across the tile's channel lanes",
+    ),
     "fused_wide_tile": (
         RtInputSpec(tile="F6x6", block=1024),
         "F6x6 has 64 bins: its fused workgroup of 1024 threads runs out of "
@@ -101,6 +114,8 @@ SPEC_REPAIRS = {
     "block_too_large": dict(block=1024),
     "block_not_warp_multiple": dict(block=96),
     "filter_rows_below_one": dict(rows=1),
+    "block_not_pow2_reduction": dict(block=512),
+    "filter_shared_over_limit": dict(rows=48),
     "window_registers": dict(vec=4),
     "input_window_registers": dict(vec=4),
     "transformed_dtype_unsupported": dict(xdtype="fp32", prescale="none"),
@@ -112,6 +127,7 @@ SPEC_REPAIRS = {
     "lds_block_mismatch": dict(block=64),
     "lds_bytes_over_limit": dict(lds_lanes=16, block=64),
     "lds_with_fused": dict(prescale="split"),
+    "fused_block_not_pow2": dict(prescale="split"),
     "fused_wide_tile": dict(block=512),
     "fused_block_registers": dict(vec=1),
 }
