@@ -455,17 +455,20 @@ def _book_with(monkeypatch, tmp_path, scope: str, entry: str):
     monkeypatch.setattr(config, "GRIDS", grids)
     config.declared.cache_clear()
     refusals.rule_book.cache_clear()
-    monkeypatch.setattr(refusals.rule_book, "cache_clear", refusals.rule_book.cache_clear)
     return grids / "refusals.yaml"
 
 
 @pytest.fixture()
 def restore_book():
-    from wino import refusals
+    """Clear what caches the declared files before and after (the grid's expansion too)."""
+    from wino import grid, refusals
 
+    caches = (config.declared, refusals.rule_book, grid.expand, grid._names)
+    for cached in caches:
+        cached.cache_clear()
     yield
-    config.declared.cache_clear()
-    refusals.rule_book.cache_clear()
+    for cached in caches:
+        cached.cache_clear()
 
 
 @pytest.mark.parametrize(

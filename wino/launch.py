@@ -25,7 +25,7 @@ from typing import Any
 from . import grid
 from .magic import INDEX_LIMIT, magic_div
 from .problem import Problem
-from .refusals import Refused, check_fit, lds_bytes, rule_book, tiles_per_image
+from .refusals import Refused, check_fit, check_problem, lds_bytes, rule_book, tiles_per_image
 from .specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec, StageSpec
 from .vocab import VECS, DType, K2Path, Prescale, Stage, Tile
 
@@ -114,7 +114,9 @@ def _ceil_div(a: int, b: int) -> int:
 def stage_launch(spec: StageSpec, problem: Problem, *, tile_scale: bool = True) -> Launch:
     """Grid, block and kernargs of one stage for one problem (a batch chunk: problem.N is the
     chunk). Runs the geometry check: raises Refused when the spec does not fit the problem.
-    ``tile_scale``: whether K4 divides by tile scales (the K2 spec's prescale is not none)."""
+    ``tile_scale``: whether K4 divides by tile scales (the K2 spec's prescale is not none).
+    The problem rules run first (not 3x3, stride, groups, 31-bit), with their rule ids."""
+    check_problem(problem, spec.tile)
     kind = kernarg_kind(spec)
     tg = TileGrid.of(problem, spec.tile)
     g = problem.groups

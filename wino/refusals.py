@@ -18,6 +18,7 @@ import dataclasses
 import operator
 import re
 import string
+import threading
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
@@ -138,12 +139,20 @@ _OPERATORS = {
 }
 
 
+_EVALUATORS = threading.local()  # one simpleeval evaluator per thread (building one is slow)
+
+
 def evaluate(tree: ast.Expression, namespace: dict[str, Any]) -> Any:
     """Evaluate a checked condition (``_compile``) with simpleeval and the bounded operators."""
-    evaluator = simpleeval.EvalWithCompoundTypes(
-        operators=_OPERATORS, functions=HELPERS, names=namespace
-    )
-    return evaluator.eval("", previously_parsed=tree.body)
+    evaluator = getattr(_EVALUATORS, "evaluator", None)
+    if evaluator is None:
+        evaluator = simpleeval.EvalWithCompoundTypes(operators=_OPERATORS, functions=HELPERS)
+        _EVALUATORS.evaluator = evaluator
+    evaluator.names = namespace
+    try:
+        return evaluator.eval("", previously_parsed=tree.body)
+    finally:
+        evaluator.names = {}
 
 
 @dataclass(frozen=True)
@@ -162,12 +171,12 @@ class Rule:
     def code(self) -> ast.Expression:
         return _compile(self.when, self.id, self.where)
 
-    def names(self) -> set[str]:
-        return {n.id for n in ast.walk(self.code) if isinstance(n, ast.Name)} - set(HELPERS)
+    def names(self) -> frozenset[str]:
+        return _names(self.when, self.id, self.where)
 
     def fires(self, namespace: dict[str, Any]) -> bool:
         code = self.code  # a syntax error or a forbidden construct is a ConfigError first
-        missing = self.names() - set(namespace)
+        missing = [name for name in self.names() if name not in namespace]
         if missing:
             raise self._error(f"condition uses unknown name(s) {sorted(missing)}")
         try:
@@ -239,6 +248,12 @@ def _compile(expression: str, rule_id: str, where: str = "refusals.yaml") -> ast
         if isinstance(node, ast.Constant) and not _small_constant(node.value):
             raise config.ConfigError(f"{prefix}: constant {node.value!r:.40} is out of bounds")
     return tree
+
+
+@cache
+def _names(expression: str, rule_id: str, where: str) -> frozenset[str]:
+    tree = _compile(expression, rule_id, where)
+    return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)) - set(HELPERS)
 
 
 def _small_constant(value: Any) -> bool:
