@@ -26,7 +26,7 @@ from ..problem import Problem
 from ..refusals import Refused, check_problem
 from ..specs import RtInputSpec, StageSpec
 from ..vocab import DType, Prescale, Stage, Target, Tile
-from . import tuning
+from . import aliasing, tuning
 
 ALGORITHMS = ("winograd_aot",)
 
@@ -142,6 +142,7 @@ class Plan:
     def run(self, x, w=None, y=None, workspace=None, U=None):
         """y = conv(x, w). ``U`` (from transform_filter) skips K1; ``workspace`` (bytes or an
         array of at least ``workspace_bytes``) and ``y`` may be passed in to avoid allocation."""
+        aliasing.check_output(y, x=x, w=w, U=U, workspace=workspace)
         return self.backend().run(self, x, w, y, workspace, U)
 
 
