@@ -41,7 +41,7 @@ def build_folder(root: Path | str | None = None) -> Path:
     """The build folder: the ``root`` given, else $WINO_BUILD, else <project>/build."""
     if root is not None:
         return Path(root)
-    return Path(os.environ.get("WINO_BUILD", config.ROOT / "build"))
+    return Path(os.environ.get("WINO_BUILD") or config.ROOT / "build")  # empty: unset
 
 
 def cache_root(root: Path | str | None = None) -> Path:

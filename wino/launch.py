@@ -27,7 +27,7 @@ from .magic import INDEX_LIMIT, magic_div
 from .problem import Problem
 from .refusals import Refused, check_fit, check_problem, lds_bytes, rule_book, tiles_per_image
 from .specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec, StageSpec
-from .vocab import VECS, DType, K2Path, Prescale, Stage, Tile
+from .vocab import VECS, DType, K2Path, Prescale, Stage, Tile, coerce
 
 FORMAT = 1  # the kernarg ABI version: bump when KERNARG_FIELDS or a buffer layout changes
 
@@ -324,8 +324,9 @@ def default_stage_specs(
     """The default pick per stage for a problem (its first batch chunk decides nothing: the
     channel extents do); ``dtype`` overrides the problem's. Always inside the grid; raises
     Refused when nothing fits."""
-    dtype = dtype or problem.dtype
-    xdtype = xdtype or default_xdtype(dtype)
+    tile = coerce(Tile, tile, "tile")
+    dtype = problem.dtype if dtype is None else coerce(DType, dtype, "dtype")
+    xdtype = default_xdtype(dtype) if xdtype is None else coerce(DType, xdtype, "xdtype")
     probe = replace(problem, N=1, dtype=dtype)
     k2 = _first_fit(_input_candidates(probe, tile, dtype, xdtype), probe)
     picks: dict[Stage, StageSpec] = {

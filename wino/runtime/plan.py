@@ -25,7 +25,7 @@ from ..launch import (
 from ..problem import Problem
 from ..refusals import Refused, check_problem
 from ..specs import RtInputSpec, StageSpec
-from ..vocab import DType, Prescale, Stage, Target, Tile
+from ..vocab import DType, Prescale, Stage, Target, Tile, coerce
 from . import aliasing, tuning
 
 ALGORITHMS = ("winograd_aot",)
@@ -226,7 +226,7 @@ def _ordered(specs: dict[Stage, StageSpec]) -> dict[Stage, StageSpec]:
 
 def _pick_target(target: Target | str | None) -> Target:
     if target is not None:
-        return Target(target) if isinstance(target, str) else target
+        return coerce(Target, target, "target")
     from .backends import cuda_available
 
     return Target.CUDA if cuda_available() else Target.C
@@ -249,7 +249,7 @@ def dispatch(
     missing kernel and the command that builds it, FileNotFoundError when no cache exists."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm {algorithm!r}: expected one of {ALGORITHMS}")
-    tile = Tile.parse(tile) if isinstance(tile, str) else tile
+    tile = coerce(Tile, tile, "tile") if tile is not None else None
     target = _pick_target(target)
     if specs is not None:
         tile = _specs_tile(specs, tile)
