@@ -1,8 +1,8 @@
 """The host (c target) runtime end to end: every tile and dtype against the float64 reference,
-within the bounds wino claims (verify.BOUNDS), with poisoned outputs and workspaces (every output element and every
-workspace element the plan uses is written); dilation, groups, odd extents, padding, odd and
-wide C, forced LDS / vec-1 / split-prescale / wide-fused binaries, batch split, the filter
-transform reused, refusals and operand checks."""
+within the bounds wino claims (verify.BOUNDS), with poisoned outputs and workspaces (every
+output element and every workspace element the plan uses is written); dilation, groups, odd
+extents, padding, odd and wide C, forced LDS / vec-1 / split-prescale / wide-fused binaries,
+batch split, the filter transform reused, refusals and operand checks."""
 
 from __future__ import annotations
 
