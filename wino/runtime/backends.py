@@ -142,10 +142,10 @@ class Backend:
         check_operands(plan, None, w)
         views = self.workspace(plan, workspace, plan.batch_split)
         U, fs = views["U"], views["fs"]
-        if workspace is None:
-            U, fs = U.copy(), fs.copy()
         k1 = next(s for s in plan.steps if s.stage is Stage.FILTER)
         self.launch(plan, k1, self.operand(w, plan.problem.dtype), U, fs)
+        if workspace is None:  # copied out of the temporary workspace after K1 wrote them
+            U, fs = U.copy(), fs.copy()  # (copying before read uninitialised memory)
         return U, fs
 
     def run(self, plan, x, w, y, workspace, U):
