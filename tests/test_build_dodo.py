@@ -174,6 +174,58 @@ def test_validate_rejects_a_bad_rule_with_its_id_and_line(project):
         refusals.write_text(good)
 
 
+def _with_grid(project: Path, text: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    stages = project / "grids" / "stages.yaml"
+    good = stages.read_text()
+    stages.write_text(text)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in env.items():
+                mp.setenv(key, value)
+            return doit(project, *args)
+    finally:
+        stages.write_text(good)
+
+
+def test_a_bad_grid_is_one_line_and_the_traceback_on_request(project):
+    bad = STAGES.replace("rows: [1]", "rowz: [1]")
+    done = _with_grid(project, bad, "compile")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("wino: error: ") and "stages.yaml: at $.stages.k1[0]" in lines[0]
+    assert "'rowz' was unexpected" in lines[0] and "WINO_TRACEBACK=1" in lines[0]
+    done = _with_grid(project, bad, "compile", WINO_TRACEBACK="1")
+    assert done.returncode != 0 and "Traceback" in done.stderr
+
+
+def test_an_empty_grid_is_refused(project):
+    empty = STAGES.replace("block: [256]", "block: [100]")  # every point breaks a rule
+    done = _with_grid(project, empty, "compile")
+    assert done.returncode == 2 and "the grid accepts no spec" in done.stderr, done.stderr
+    assert not (project / "build" / "cache" / "v1" / "c" / "empty").exists()
+
+
+def test_a_killed_builds_scratch_is_swept_and_a_live_ones_kept(project):
+    ran(doit(project, "compile:c"))
+    (bin_dir,) = (project / "build" / "cache").glob("v*/c/*/bin")
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
+    dead = [
+        bin_dir / f".k1_x-{gone}-abc123",
+        bin_dir / f".k1_x.json.{gone}.tmp",
+        bin_dir.parent / f".manifest-{gone}-zz9.json",
+    ]
+    live = [bin_dir / f".k1_x-{os.getpid()}-abc123"]
+    dead[0].mkdir()
+    live[0].mkdir()
+    for path in dead[1:]:
+        path.write_text("partial")
+    ran(doit(project, "compile:c"))
+    assert not [p for p in dead if p.exists()] and all(p.exists() for p in live)
+    live[0].rmdir()
+
+
 def test_planned_kernel_tasks_are_the_grid(tmp_path, monkeypatch):
     """The real grid: one compile_<target>:<name> task per accepted spec, named by kernel name."""
     monkeypatch.setenv("WINO_BUILD", str(tmp_path))

@@ -65,7 +65,7 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
     """Validate, then publish atomically: temp file in the same folder, fsync, rename."""
     config.validate(manifest, "manifest", str(directory / MANIFEST))
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".json", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=f".manifest-{os.getpid()}-", suffix=".json", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(manifest, handle, indent=1, sort_keys=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -104,7 +105,7 @@ def compile_kernel(kb: KernelBinary, src: Path) -> dict[str, Any]:
     """Compile ``src`` into kb's content-addressed place; the report dict (also written beside)."""
     bin_dir = kb.binary.parent
     bin_dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{kb.name}-", dir=bin_dir))
+    scratch = Path(tempfile.mkdtemp(prefix=f".{kb.name}-{os.getpid()}-", dir=bin_dir))
     try:
         out = compile_source(kb.toolchain, src, kb.name, scratch)
         report: dict[str, Any] = {
@@ -187,3 +188,41 @@ def write_target_manifest(
     return cache.write_manifest(
         cache.flavor_dir(tc.target, tc.flavor, Path(root) if root else None), manifest
     )
+
+
+#: Scratch a build process leaves while it runs: compiler folders ``.<name>-<pid>-<rand>`` in
+#: bin/, ``.<file>.<pid>.tmp`` files (reports, sources) and ``.manifest-<pid>-<rand>.json``.
+_SCRATCH = re.compile(
+    r"\.(?:.+-(?P<dir>\d+)-[^.]+|.+\.(?P<tmp>\d+)\.tmp|manifest-(?P<man>\d+)-.+\.json)"
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def sweep_scratch(root: str | Path | None = None) -> list[Path]:
+    """Remove the scratch a killed build left (its process is gone) under the build folder's
+    cache and sources; a live build's scratch is left alone. Returns what was removed."""
+    from .paths import build_dir
+
+    folder = build_dir(root)
+    removed = []
+    for parent in [
+        *folder.glob("cache/v*/*/*/bin"),
+        *folder.glob("cache/v*/*/*"),
+        *folder.glob("src/*"),
+    ]:
+        for path in parent.glob(".*"):
+            match = _SCRATCH.fullmatch(path.name)
+            pid = match and next(int(g) for g in match.groups() if g)
+            if pid and pid != os.getpid() and not _alive(pid):
+                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed

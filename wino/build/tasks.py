@@ -22,12 +22,14 @@ from doit.tools import config_changed
 from ..cache import MANIFEST, flavor_dir
 from ..specs import spec_from_fields
 from .cache_writer import KernelBinary, build_kernel, write_target_manifest
+from .errors import one_line
 from .plan import TargetPlan
 from .toolchains import CompileError, Toolchain
 
 # Actions -----------------------------------------------------------------------------------------
 
 
+@one_line
 def kernel_action(
     toolchains: tuple[Toolchain, ...], stage: str, fields: dict[str, Any], root: str | None
 ) -> dict | TaskFailed:
@@ -38,6 +40,7 @@ def kernel_action(
         return TaskFailed(f"compile failed:\n{err}")
 
 
+@one_line
 def manifest_action(
     toolchains: tuple[Toolchain, ...],
     kernels: list[tuple[str, dict[str, Any], str]],
@@ -172,6 +175,7 @@ def compile_task(plan: TargetPlan) -> dict:
 
 
 # Checks ------------------------------------------------------------------------------------------
+@one_line
 def validate_action(paths: list[str]) -> None:
     """Validate each grids/<kind>.yaml against schema/<kind>.schema.json, then expand the grid
     (which runs the refusal rules); raises ConfigError naming the bad field."""
