@@ -6,18 +6,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests import host_cache
 from tests import runtime_fixtures as rf
+from wino.launch import default_stage_specs
+from wino.problem import Problem
 from wino.runtime import aliasing, dispatch
+from wino.vocab import Tile
+
+TILE = Tile(4, 4)
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
-    case = rf.EXTRA[2]  # fp32 N3 C16 12x12 K8 F4x4
-    root = rf.host_cache(tmp_path_factory)
-    plan = dispatch(
-        case.problem, target="c", tile=case.tile, cache_root=root, specs=case.dispatch_specs()
-    )
-    x, w = rf.inputs(case.problem, np.random.default_rng(3))
+    """fp32 N3 C16 12x12 K8 F4x4 (its default pick, built into a cache of its own)."""
+    problem = Problem(N=3, C=16, H=12, W=12, K=8, pad_h=1, pad_w=1)
+    root = tmp_path_factory.mktemp("aliasing")
+    host_cache.build(default_stage_specs(problem, TILE).values(), root)
+    plan = dispatch(problem, target="c", tile=TILE, cache_root=root)
+    x, w = rf.inputs(problem, np.random.default_rng(3))
     return plan, x, w
 
 
