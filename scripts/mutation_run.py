@@ -124,7 +124,9 @@ def run(name: str) -> bool:
             return True
         tail = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-200:]
     caught = done.returncode != 0
-    print(f"{'CAUGHT' if caught else 'MISSED'} {name}: {' '.join(tests)} -> {tail}", flush=True)
+    verdict = ("FAILED" if caught else "PASSED") if name == "control" else None
+    verdict = verdict or ("CAUGHT" if caught else "MISSED")
+    print(f"{verdict} {name}: {' '.join(tests)} -> {tail}", flush=True)
     return caught
 
 
