@@ -148,14 +148,16 @@ def binary_problem(directory: Path, entry: CachedKernel) -> str | None:
     if not resolved.is_relative_to(directory.resolve()):
         return f"binary {entry.path} resolves to {resolved}, outside the cache folder {directory}"
     stat = resolved.stat()
-    if not _checked(resolved, entry.sha256, stat.st_size, stat.st_mtime_ns, stat.st_ino):
+    state = (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+    if not _checked(resolved, entry.sha256, state):
         return f"binary {entry.path}: its sha256 does not match the manifest (corrupt or replaced)"
     return None
 
 
 @cache
-def _checked(path: Path, sha256: str, size: int, mtime_ns: int, inode: int) -> bool:
-    """sha256 check, remembered per file state (a rewritten file is hashed again)."""
+def _checked(path: Path, sha256: str, state: tuple[int, ...]) -> bool:
+    """sha256 check, remembered per file state (size, mtime, ctime, inode): a file written
+    since, even with its mtime put back, is hashed again."""
     return sha256_file(path) == sha256
 
 
