@@ -4,6 +4,8 @@
     python3 scripts/gpu_sanitize.py run ROOT         run every plan of the set once (under a tool)
     python3 scripts/gpu_sanitize.py summarize TOOL LOG   one summary line for a tool's log
 
+``build`` and ``run`` take ``--target c`` to smoke-test the driver on the host (numpy arrays).
+
 The set: every tile's default pick for fp16 (fused prescale), bf16 and fp32 at F4x4, the wide-C
 split prescale (K2a), a vec-1 split register K2, and every LDS-region K2 of the grid for fp16.
 """
@@ -56,43 +58,51 @@ def cases() -> list[tuple[str, Problem, dict]]:
     return out
 
 
-def build(root: Path) -> None:
+def build(root: Path, target: str = "cuda") -> None:
     from wino.build import builder
     from wino.vocab import Target
 
     specs = {spec for _, _, specs in cases() for spec in specs.values()}
-    result = builder.build(sorted(specs, key=lambda s: s.name), [Target.CUDA], root=root, jobs=16)
+    ordered = sorted(specs, key=lambda s: s.name)
+    result = builder.build(ordered, [Target(target)], root=root, jobs=16)
     if not result.manifests:
-        sys.exit(f"nothing built for cuda: {result.messages}")
+        sys.exit(f"nothing built for {target}: {result.messages}")
     print(f"built {len(specs)} kernels into {root}")
 
 
-def run(root: Path) -> None:
+def _arrays(problem: Problem, target: str, rng: np.random.Generator):
+    """Random x and w: numpy on the host, CuPy on CUDA (bf16 through torch: CuPy has none)."""
+    shapes = ((problem.N, problem.H, problem.W, problem.C), (problem.K, 3, 3, problem.Cg))
+    if target == "c":
+        from wino.runtime.arrays import numpy_dtype
+
+        return [rng.standard_normal(s).astype(numpy_dtype(problem.dtype)) for s in shapes]
+    if problem.dtype is DType.BF16:
+        import torch
+
+        return [torch.randn(s, device="cuda").to(torch.bfloat16) for s in shapes]
     import cupy as cp
 
+    dtype = cp.float16 if problem.dtype is DType.FP16 else cp.float32
+    return [cp.asarray(rng.standard_normal(s), dtype=dtype) for s in shapes]
+
+
+def run(root: Path, target: str = "cuda") -> None:
     from wino.runtime import dispatch
 
-    stages = Counter()
+    kernels = Counter()
     for label, problem, specs in cases():
-        plan = dispatch(problem, target="cuda", cache_root=root, specs=specs)
-        rng = np.random.default_rng(7)
-        dtype = {"fp16": cp.float16, "fp32": cp.float32}.get(problem.dtype.short)
-        shape_x = (problem.N, problem.H, problem.W, problem.C)
-        shape_w = (problem.K, 3, 3, problem.Cg)
-        if dtype is None:  # bf16 through torch (CuPy has no bfloat16)
-            import torch
-
-            x = torch.randn(shape_x, device="cuda").to(torch.bfloat16)
-            w = torch.randn(shape_w, device="cuda").to(torch.bfloat16)
-        else:
-            x = cp.asarray(rng.standard_normal(shape_x), dtype=dtype)
-            w = cp.asarray(rng.standard_normal(shape_w), dtype=dtype)
+        plan = dispatch(problem, target=target, cache_root=root, specs=specs)
+        x, w = _arrays(problem, target, np.random.default_rng(7))
         plan.run(x, w)
-        cp.cuda.get_current_stream().synchronize()
+        if target == "cuda":
+            import cupy as cp
+
+            cp.cuda.get_current_stream().synchronize()
         names = [spec.name for spec in plan.specs.values()]  # (K3 is cuBLAS: no name)
-        stages.update(names)
+        kernels.update(names)
         print(f"ran {label}: {' '.join(names)}")
-    print(f"ran {len(cases())} plans, {len(stages)} distinct kernels")
+    print(f"ran {len(cases())} plans, {len(kernels)} distinct kernels")
 
 
 _AT = re.compile(r"^=+\s+at\s+(?:0x[0-9a-f]+\s+in\s+)?([A-Za-z_][\w]*)", re.M)
@@ -115,8 +125,11 @@ def summarize(tool: str, log: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
+    target = "cuda"
+    if argv[-2:-1] == ["--target"]:
+        target, argv = argv[-1], argv[:-2]
     if len(argv) == 2 and argv[0] in ("build", "run"):
-        (build if argv[0] == "build" else run)(Path(argv[1]))
+        (build if argv[0] == "build" else run)(Path(argv[1]), target)
         return 0
     if len(argv) == 3 and argv[0] == "summarize":
         return summarize(argv[1], Path(argv[2]))
