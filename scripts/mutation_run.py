@@ -35,7 +35,7 @@ MUTANTS = {
     ),
     "scale-one": (
         "templates/common.j2",
-        "  if (e == 0u || e == 0xffu) return 1.0f;",
+        "  if (bits == 0u || e == 0xffu) return 1.0f;",
         "  return 1.0f;",
         ["tests/test_extremes.py"],
     ),
