@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from wino.grid import aot_stage_specs
-from wino.launch import default_stage_specs
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.specs import RtPrescaleSpec
 from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Tile
@@ -59,7 +59,7 @@ def cases() -> list[tuple[str, Problem, dict]]:
 
 
 def build(root: Path, target: str = "cuda") -> None:
-    from wino.build import builder
+    from wino.builder import builder
     from wino.vocab import Target
 
     specs = {spec for _, _, specs in cases() for spec in specs.values()}

@@ -70,7 +70,7 @@ MUTANTS = {
         ["tests/test_refusals.py", "-k", "attacks"],
     ),
     "build-trusts-doit-db": (
-        "wino/build/tasks.py",
+        "wino/builder/tasks.py",
         "    return all(kb.done() for kb in binaries)",
         "    return True",
         ["tests/test_build_dodo.py"],
@@ -85,7 +85,7 @@ def copy_repo(into: Path) -> Path:
     )
 
     def ignore(folder: str, names: list[str]) -> set[str]:
-        top = {"build"} if Path(folder) == ROOT else set()  # wino/build/ is code: keep it
+        top = {"build"} if Path(folder) == ROOT else set()  # only the top build/
         return set(skip(folder, names)) | (top & set(names))
 
     shutil.copytree(ROOT, into, ignore=ignore)

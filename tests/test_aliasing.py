@@ -8,7 +8,7 @@ import pytest
 
 from tests import host_cache
 from tests import runtime_fixtures as rf
-from wino.launch import default_stage_specs
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.runtime import aliasing, dispatch
 from wino.vocab import Tile

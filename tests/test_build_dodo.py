@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from wino.build import tasks
-from wino.build.plan import plan
+from wino.builder import tasks
+from wino.builder.plan import plan
 from wino.grid import aot_stage_specs
 from wino.vocab import Target
 
@@ -39,6 +39,8 @@ stages:
       accdtype: [fp32]
       vec: [1, 4]
       block: [256]
+default_pick:
+  {k1: [vec: descending], k2a: [vec: descending], k2: [vec: descending], k4: [vec: descending]}
 exclude: []
 """
 TARGETS = """\
@@ -214,7 +216,7 @@ def test_a_killed_builds_scratch_is_swept_and_a_live_ones_kept(project):
     dead = [
         bin_dir / f".k1_x-{gone}-abc123",
         bin_dir / f".k1_x.json.{gone}.tmp",
-        bin_dir.parent / f".manifest-{gone}-zz9.json",
+        bin_dir.parent / f".manifest.json-{gone}-zz9.tmp",
     ]
     live = [bin_dir / f".k1_x-{os.getpid()}-abc123"]
     dead[0].mkdir()

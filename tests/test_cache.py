@@ -18,7 +18,7 @@ import pytest
 from tests import host_cache
 from wino import cache
 from wino.cli import main
-from wino.launch import default_stage_specs
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.runtime import conv2d_reference, dispatch, relative_error
 from wino.vocab import TILES, Target

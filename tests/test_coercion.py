@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from wino import cache
-from wino.launch import default_stage_specs
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.runtime import dispatch
 from wino.runtime.api import problem_of

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests import host_cache
-from wino.launch import default_stage_specs
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.runtime import conv2d_reference, dispatch, relative_error
 from wino.runtime.verify import bound_for

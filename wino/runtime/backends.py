@@ -8,43 +8,13 @@ import functools
 from typing import Any
 
 from .. import cache
-from ..vocab import DType, Stage, Target
-
-CUDA_ERROR_NO_DEVICE = 100  # cudaErrorNoDevice: a driver and no GPU
-
-
-@functools.lru_cache(maxsize=1)
-def cuda_available() -> bool:
-    """CuPy importable and at least one CUDA device present. No CuPy or no device is False; a
-    broken stack (a driver mismatch, a failing device) raises instead of hiding as "no GPU"."""
-    try:
-        import cupy
-    except ImportError:
-        return False
-    try:
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except cupy.cuda.runtime.CUDARuntimeError as err:
-        if getattr(err, "status", None) == CUDA_ERROR_NO_DEVICE:
-            return False
-        raise
-
-
-def backend_for(target: Target, manifest: cache.Manifest):
-    if target is Target.C:
-        from .host import HostBackend
-
-        return HostBackend(manifest)
-    if target is Target.CUDA:
-        from .cuda import CudaBackend
-
-        return CudaBackend(manifest)
-    raise ValueError(f"target {target.value} has no runtime backend here (HIP is compile-only)")
+from ..vocab import DType, Stage
+from .arrays import dtype_of
+from .plan import GemmStep, plan_layout
 
 
 def check_operands(plan, x, w) -> None:
     """Shapes and dtypes of x (NHWC) and w (KRSC) against the plan's problem (None: skip)."""
-    from .arrays import dtype_of
-
     p = plan.problem
     want_x, want_w = (p.N, p.H, p.W, p.C), (p.K, p.R, p.S, p.Cg)
     if x is not None and tuple(x.shape) != want_x:
@@ -102,7 +72,9 @@ class Backend:
         """Whether ``array`` is this backend's array of that shape and dtype."""
         raise NotImplementedError
 
-    def launch(self, plan, step, *buffers) -> None:
+    def launch(self, plan, step, buffers: dict[str, Any]) -> None:
+        """Launch one kernel step; ``buffers`` maps parameter names (x, w, y, U, fs, V, ts, M)
+        to arrays, bound in the order of the kernel's ABI record (a missing one: null)."""
         raise NotImplementedError
 
     def gemm(self, step, V, U, M, images: int) -> None:
@@ -128,8 +100,6 @@ class Backend:
 
     def workspace(self, plan, workspace, images: int) -> dict[str, Any]:
         """Typed views of the workspace buffers for a chunk of ``images`` images."""
-        from .plan import plan_layout
-
         raw = self.raw_workspace(plan, workspace)
         layout = plan_layout(plan.problem, plan.tile, plan.specs, images)
         return {
@@ -143,7 +113,7 @@ class Backend:
         views = self.workspace(plan, workspace, plan.batch_split)
         U, fs = views["U"], views["fs"]
         k1 = next(s for s in plan.steps if s.stage is Stage.FILTER)
-        self.launch(plan, k1, self.operand(w, plan.problem.dtype), U, fs)
+        self.launch(plan, k1, {"w": self.operand(w, plan.problem.dtype), "U": U, "fs": fs})
         if workspace is None:  # copied out of the temporary workspace after K1 wrote them
             U, fs = U.copy(), fs.copy()  # (copying before read uninitialised memory)
         return U, fs
@@ -171,20 +141,14 @@ class Backend:
 
     def chunk_launches(self, plan, images: int, xs, ys, views, u, fs):
         """(stage, a callable issuing it) per step of one batch chunk, in pipeline order."""
-        from .plan import GemmStep
-
-        ts = views.get("ts")
+        named = {**views, "x": xs, "y": ys, "U": u, "fs": fs}
         out = []
         for step in plan.chunk_steps[images]:
             if isinstance(step, GemmStep):
                 args = (self.gemm, step, views["V"], u, views["M"], images)
-            elif step.stage is Stage.PRESCALE:
-                args = (self.launch, plan, step, xs, ts)
-            elif step.stage is Stage.INPUT:
-                args = (self.launch, plan, step, xs, views["V"], ts)
-            elif step.stage is Stage.OUTPUT:
-                args = (self.launch, plan, step, views["M"], fs, ts, ys)
-            else:
+            elif step.stage is Stage.FILTER:
                 continue  # K1 runs once per filter, not per chunk
+            else:
+                args = (self.launch, plan, step, named)
             out.append((step.stage, functools.partial(*args)))
         return out

@@ -1,4 +1,4 @@
-"""cuda_available: no CuPy or no device is "no CUDA here"; a broken stack raises."""
+"""registry.cuda_available: no CuPy or no device is "no CUDA here"; a broken stack raises."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from wino.runtime import backends
+from wino.runtime import registry as backends
 
 
 class _CudaError(RuntimeError):
