@@ -9,8 +9,8 @@ The logic lives in wino.builder; this file is its table of contents.
 from functools import lru_cache
 
 from wino import config
+from wino.builder import errors, tasks
 from wino.builder import plan as build_plan
-from wino.builder import tasks
 from wino.builder.paths import dep_file
 
 DOIT_CONFIG = {
@@ -23,7 +23,8 @@ DOIT_CONFIG = {
 @lru_cache(maxsize=1)
 def plans():
     """The grid per target, with every binary's address (rendered once per doit run)."""
-    return build_plan.plan()
+    with errors.loading():  # a bad grid or rule: one line, not doit's traceback
+        return build_plan.plan()
 
 
 def task_compile():

@@ -28,7 +28,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
+import warnings
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -46,7 +48,7 @@ def build_folder(root: Path | str | None = None) -> Path:
     """The build folder: the ``root`` given, else $WINO_BUILD, else <project>/build."""
     if root is not None:
         return Path(root)
-    return Path(os.environ.get("WINO_BUILD", config.ROOT / "build"))
+    return Path(os.environ.get("WINO_BUILD") or config.ROOT / "build")  # empty: unset
 
 
 def cache_root(root: Path | str | None = None) -> Path:
@@ -70,7 +72,9 @@ def atomic_write(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically: a temp file in the same folder, fsync, rename
     (a reader sees the old file or the new one, never a part)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{path.name}-{os.getpid()}-", suffix=".tmp", dir=path.parent
+    )
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -120,6 +124,23 @@ class KernelAbi:
             ) from None
 
 
+class CacheError(RuntimeError):
+    """A cache wino will not trust: the message names the file, what is wrong and the command
+    that repairs it."""
+
+
+class CacheWarning(UserWarning):
+    """A broken manifest was passed over for a valid one of another flavor."""
+
+
+#: A manifest's binary path: ``bin/<kernel name>-<hash16>.<ext>``, relative, no ``..``.
+_BINARY = re.compile(r"bin/(?P<name>[A-Za-z0-9_]+)-[0-9a-f]{16}\.[a-z]+")
+
+
+def _repair(target: str) -> str:
+    return f"rebuild with `doit compile:{target}` (`wino cache verify --target {target}` checks it)"
+
+
 @dataclass(frozen=True)
 class CachedKernel:
     name: str
@@ -140,26 +161,90 @@ class Manifest:
     toolchain: dict[str, Any]
     kernels: dict[str, CachedKernel]
 
+    @property
+    def path(self) -> Path:
+        return self.directory / MANIFEST
+
     def kernel(self, name: str, verify: bool = True) -> CachedKernel:
-        """The named kernel; raises KeyError naming the missing kernel and the build command."""
+        """The named kernel; KeyError naming the missing kernel and the build command; with
+        ``verify``, CacheError unless the binary lies inside the cache folder and its sha256
+        matches the manifest (check this before loading it)."""
         if name not in self.kernels:
             raise KeyError(
                 f"kernel {name} is not in the {self.target.value} cache "
-                f"({self.directory / MANIFEST}); build it with `doit compile:{self.target.value}`"
+                f"({self.path}); build it with `doit compile:{self.target.value}`"
                 " (or add its spec to grids/stages.yaml first)"
             )
         entry = self.kernels[name]
-        if verify and _checked(entry.path, entry.sha256) is False:
-            raise RuntimeError(
-                f"{entry.path}: checksum does not match the manifest; the cache "
-                f"is corrupt: rebuild with `doit compile:{self.target.value}`"
-            )
+        if verify:
+            problem = binary_problem(self.directory, entry)
+            if problem:
+                raise CacheError(
+                    f"{self.path}: kernel {name}: {problem}; {_repair(self.target.value)}"
+                )
         return entry
 
 
+def binary_problem(directory: Path, entry: CachedKernel) -> str | None:
+    """What is wrong with a kernel's binary (outside the cache, missing, checksum), or None."""
+    try:
+        resolved = entry.path.resolve(strict=True)
+    except OSError:
+        return f"binary {entry.path} is missing"
+    if not resolved.is_relative_to(directory.resolve()):
+        return f"binary {entry.path} resolves to {resolved}, outside the cache folder {directory}"
+    stat = resolved.stat()
+    state = (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+    if not _checked(resolved, entry.sha256, state):
+        return f"binary {entry.path}: its sha256 does not match the manifest (corrupt or replaced)"
+    return None
+
+
 @cache
-def _checked(path: Path, sha256: str) -> bool:
-    return path.is_file() and sha256_file(path) == sha256
+def _checked(path: Path, sha256: str, state: tuple[int, ...]) -> bool:
+    """sha256 check, remembered per file state (size, mtime, ctime, inode): a file written
+    since, even with its mtime put back, is hashed again."""
+    return sha256_file(path) == sha256
+
+
+def _load_json(path: Path, target: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CacheError(
+            f"{path}: not a wino manifest (not JSON: {err}); {_repair(target)}"
+        ) from None
+
+
+def _entry(path: Path, target: str, name: str, fields: dict[str, Any]) -> CachedKernel:
+    """One manifest entry, refused unless its symbol, spec and binary path all name it."""
+
+    def bad(what: str) -> CacheError:
+        return CacheError(f"{path}: kernel {name}: {what}; {_repair(target)}")
+
+    if fields["symbol"] != name:
+        raise bad(f"symbol {fields['symbol']!r} is not the kernel's name")
+    try:
+        spec = spec_from_fields(fields["stage"], fields["spec"])
+    except (TypeError, ValueError) as err:
+        raise bad(f"spec is not valid ({err})") from None
+    if spec.name != name:
+        raise bad(f"spec names kernel {spec.name}, not {name}")
+    match = _BINARY.fullmatch(fields["binary"])
+    if match is None or match["name"] != name:
+        raise bad(
+            f"binary {fields['binary']!r} is not bin/{name}-<hash16>.<ext> inside the cache folder"
+        )
+    return CachedKernel(
+        name,
+        spec,
+        name,
+        path.parent / fields["binary"],
+        fields["sha256"],
+        fields.get("registers"),
+        fields.get("spills"),
+        KernelAbi.from_record(fields["abi"]),
+    )
 
 
 def _file_key(path: Path) -> tuple[int, int, int] | None:
@@ -178,22 +263,25 @@ _CANDIDATES: dict[tuple[Path, str], tuple[tuple[int, int, int] | None, list[Path
 
 
 def parse_manifest(path: Path) -> Manifest:
-    """Read and schema-validate a manifest file (every call; ``read_manifest`` caches it)."""
-    data = json.loads(path.read_text(encoding="utf-8"))
-    config.validate(data, "manifest", str(path))
+    """Read and check a manifest (every call; ``read_manifest`` caches it): JSON, schema,
+    format, its folder's target and flavor, and each entry (symbol = name = the spec's name,
+    binary inside bin/). Loads no binary."""
+    path = Path(path)
     directory = path.parent
-    kernels = {}
-    for name, entry in data["kernels"].items():
-        kernels[name] = CachedKernel(
-            name,
-            spec_from_fields(entry["stage"], entry["spec"]),
-            entry["symbol"],
-            directory / entry["binary"],
-            entry["sha256"],
-            entry.get("registers"),
-            entry.get("spills"),
-            KernelAbi.from_record(entry["abi"]),
+    folder_target, folder_flavor = directory.parent.name, directory.name
+    data = _load_json(path, folder_target)
+    try:
+        config.validate(data, "manifest", str(path))
+    except config.ConfigError as err:
+        raise CacheError(f"{err}; {_repair(folder_target)}") from None
+    if (data["target"], data["flavor"]) != (folder_target, folder_flavor):
+        raise CacheError(
+            f"{path}: manifest of {data['target']}/{data['flavor']} found in the "
+            f"{folder_target}/{folder_flavor} folder; {_repair(folder_target)}"
         )
+    kernels = {
+        name: _entry(path, folder_target, name, fields) for name, fields in data["kernels"].items()
+    }
     return Manifest(Target(data["target"]), data["flavor"], directory, data["toolchain"], kernels)
 
 
@@ -227,7 +315,8 @@ def manifest_state(
     target: Target, root: Path | None = None, flavor: str | None = None
 ) -> tuple[Path, tuple[int, int, int]]:
     """(path, file key) of the manifest ``find_manifest`` would read: the given flavor, or the
-    only / most recently published one. A few stat calls; raises FileNotFoundError."""
+    most recently published one that is valid (a broken newer one of another flavor is passed
+    over with a CacheWarning). A few stat calls once parsed; raises FileNotFoundError."""
     return manifest_state_in(cache_root(root) / target.value, flavor)
 
 
@@ -243,11 +332,58 @@ def manifest_state_in(base: Path, flavor: str | None = None) -> tuple[Path, tupl
         raise FileNotFoundError(
             f"no {target} cache under {base}: build it with `doit compile:{target}`"
         )
-    _, path, key = max(found)
+    found.sort(reverse=True)
+    for _, path, key in found[:-1]:  # newest first; the last one is returned as it is
+        error = _broken(path, key)
+        if error is None:
+            return path, key
+        if (path, key) not in _WARNED:  # once per published file
+            _WARNED.add((path, key))
+            warnings.warn(f"passed over a broken manifest: {error}", CacheWarning, stacklevel=3)
+    _, path, key = found[-1]
     return path, key
 
 
+#: Broken manifests already warned about, by (path, file key).
+_WARNED: set[tuple[Path, tuple[int, int, int]]] = set()
+
+
+def _broken(path: Path, key: tuple[int, int, int]) -> str | None:
+    """Why the manifest is not usable (its CacheError), or None (it is parsed and cached)."""
+    try:
+        read_manifest(path, key)
+    except CacheError as err:
+        return str(err)
+    return None
+
+
 def find_manifest(target: Target, root: Path | None = None, flavor: str | None = None) -> Manifest:
-    """The target's manifest: the given flavor, or the only / most recently published one."""
+    """The target's manifest: the given flavor, or the most recently published valid one (a
+    broken manifest of another flavor is passed over with a CacheWarning, never chosen)."""
     path, key = manifest_state(target, root, flavor)
     return read_manifest(path, key)
+
+
+# Verification of a whole cache -----------------------------------------------------------------
+def manifests(root: Path | None = None, targets=None) -> list[Path]:
+    """Every published manifest under the cache root (of the given targets)."""
+    names = [t.value for t in targets] if targets else ["*"]
+    return sorted(p for n in names for p in cache_root(root).glob(f"{n}/*/{MANIFEST}"))
+
+
+def verify(root: Path | None = None, targets=None) -> tuple[int, list[str]]:
+    """Check every manifest and every binary it lists (without loading any):
+    (kernels checked, one line per problem)."""
+    checked, problems = 0, []
+    for path in manifests(root, targets):
+        try:
+            manifest = read_manifest(path)
+        except CacheError as err:
+            problems.append(str(err))
+            continue
+        for entry in manifest.kernels.values():
+            checked += 1
+            problem = binary_problem(manifest.directory, entry)
+            if problem:
+                problems.append(f"{path}: kernel {entry.name}: {problem}")
+    return checked, problems

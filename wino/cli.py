@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import config, grid
 from .bench import cli as bench_cli
+from .cache import CacheError
 from .launch import (
     largest_split,
     stage_launch,
@@ -29,7 +30,7 @@ from .pick import default_stage_specs
 from .problem import Problem, read_miopen_file
 from .refusals import Refused, check_problem
 from .specs import RtInputSpec, StageSpec
-from .vocab import TILES, DType, Prescale, Stage, Tile
+from .vocab import TILES, DType, Prescale, Stage, Target, Tile
 
 EXIT_ERROR = 2
 
@@ -255,6 +256,43 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in results) else 1
 
 
+# `wino cache` --------------------------------------------------------------------------------
+def _cache_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action", choices=["verify"], help="verify: check every manifest and binary (loads none)"
+    )
+    parser.add_argument(
+        "--target", choices=[t.value for t in Target], help="one target (default: every one)"
+    )
+    parser.add_argument(
+        "--cache-root",
+        type=Path,
+        metavar="DIR",
+        help="the build folder holding cache/v<FORMAT>/ (default: $WINO_BUILD, else build/)",
+    )
+
+
+def _cache(args: argparse.Namespace) -> int:
+    """`wino cache verify`: one line per problem, a summary; exit 1 when anything is wrong."""
+    from . import cache
+
+    targets = [Target(args.target)] if args.target else None
+    found = cache.manifests(args.cache_root, targets)
+    checked, problems = cache.verify(args.cache_root, targets)
+    for line in problems:
+        print(line)
+    where = cache.cache_root(args.cache_root)
+    if not found:
+        print(f"no manifest under {where}: build the cache with `doit compile`")
+        return 1
+    verdict = "intact" if not problems else f"{len(problems)} problem(s)"
+    print(f"{where}: {len(found)} manifest(s), {checked} kernels checked: {verdict}")
+    if problems:
+        target = args.target or "<target>"
+        print(f"repair: `doit compile:{target}` rebuilds what is missing or corrupt")
+    return 1 if problems else 0
+
+
 # The command line -----------------------------------------------------------------------------
 COMMANDS: dict[str, Command] = {
     "grid": Command(
@@ -276,6 +314,11 @@ COMMANDS: dict[str, Command] = {
         "write each case's fastest verified pipeline into the tuning DB",
         bench_cli.tune_arguments,
         bench_cli.tune,
+    ),
+    "cache": Command(
+        "verify the kernel cache: manifests, entries and every binary's sha256 (loads nothing)",
+        _cache_arguments,
+        _cache,
     ),
     "plot": Command(
         "plot a bench CSV: speedup over cuDNN and time against the roofline, per dtype",
@@ -310,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except Refused as refusal:
         print(f"wino: refused [{refusal.rule}]: {refusal.message}", file=sys.stderr)
-    except (ValueError, OSError) as err:  # ConfigError is a ValueError
+    except (ValueError, OSError, CacheError) as err:  # ConfigError is a ValueError
         print(f"wino: error: {err}", file=sys.stderr)
     return EXIT_ERROR
 

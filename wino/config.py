@@ -14,7 +14,7 @@ import jsonschema
 import yaml
 
 #: The project root: grids/, schema/, templates/ and build/ live here (override: WINO_ROOT).
-ROOT = Path(os.environ.get("WINO_ROOT", Path(__file__).resolve().parent.parent))
+ROOT = Path(os.environ.get("WINO_ROOT") or Path(__file__).resolve().parent.parent)  # "": unset
 GRIDS = ROOT / "grids"
 SCHEMAS = ROOT / "schema"
 

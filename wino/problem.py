@@ -6,10 +6,11 @@ with MIOpenDriver's own defaults for the flags a line leaves out.
 
 from __future__ import annotations
 
+import numbers
 import shlex
 from dataclasses import dataclass, fields, replace
 
-from .vocab import DType
+from .vocab import DType, coerce
 
 #: MIOpenDriver's conv flags: short, long, Problem field, default (MIOpenDriver's own).
 MIOPEN_FLAGS: tuple[tuple[str, str, str, int], ...] = (
@@ -100,12 +101,14 @@ class Problem:
     filter_layout: str = "KRSC"
 
     def __post_init__(self) -> None:
-        if isinstance(self.dtype, str):
-            object.__setattr__(self, "dtype", DType.parse(self.dtype))
+        object.__setattr__(self, "dtype", coerce(DType, self.dtype, "Problem.dtype"))
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+            if f.type != "int":
+                continue
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool):
                 raise ValueError(f"Problem.{f.name}: expected an integer, got {value!r}")
+            object.__setattr__(self, f.name, int(value))  # numpy integers become ints
         for name in (
             "N",
             "C",

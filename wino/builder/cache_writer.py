@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -73,7 +74,27 @@ class KernelBinary:
         return self.directory / f"{self.stem}.json"
 
     def done(self) -> bool:
-        return self.report.is_file() and self.binary.is_file()
+        """Built and intact: the report is there and the binary's content matches it (a
+        corrupted or truncated binary is rebuilt, whatever doit's database says)."""
+        try:
+            report = json.loads(self.report.read_text(encoding="utf-8"))
+            return cache.sha256_file(self.binary) == report["sha256"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+
+    def recorded_sha256(self) -> str | None:
+        """The binary's sha256 as its report records it (None: no readable report)."""
+        try:
+            return json.loads(self.report.read_text(encoding="utf-8"))["sha256"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def remove(self) -> list[Path]:
+        """Delete the binary, its report and the artefacts beside it (bin/<name>-<hash16>.*)."""
+        removed = sorted(self.directory.glob(f"{self.stem}.*"))
+        for path in removed:
+            path.unlink(missing_ok=True)
+        return removed
 
 
 def _publish(scratch_file: Path, final: Path) -> str:
@@ -87,7 +108,7 @@ def compile_kernel(kb: KernelBinary, src: Path) -> dict[str, Any]:
     """Compile ``src`` into kb's content-addressed place; the report dict (also written beside)."""
     bin_dir = kb.binary.parent
     bin_dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{kb.name}-", dir=bin_dir))
+    scratch = Path(tempfile.mkdtemp(prefix=f".{kb.name}-{os.getpid()}-", dir=bin_dir))
     try:
         out = compile_source(kb.toolchain, src, kb.name, scratch)
         report: dict[str, Any] = {
@@ -170,3 +191,42 @@ def write_target_manifest(
     config.validate(manifest, "manifest", str(directory / cache.MANIFEST))
     cache.atomic_write(directory / HEADER, header_text(manifest))  # before the publication
     return cache.write_manifest(directory, manifest)
+
+
+#: Scratch a build process leaves while it runs: compiler folders ``.<name>-<pid>-<rand>`` in
+#: bin/, ``.<file>.<pid>.tmp`` files (reports, sources) and ``.<file>-<pid>-<rand>.tmp``
+#: (wino.cache.atomic_write: manifests, headers).
+_SCRATCH = re.compile(
+    r"\.(?:.+-(?P<dir>\d+)-[^.]+|.+\.(?P<tmp>\d+)\.tmp|.+-(?P<atomic>\d+)-[^.]+\.tmp)"
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def sweep_scratch(root: str | Path | None = None) -> list[Path]:
+    """Remove the scratch a killed build left (its process is gone) under the build folder's
+    cache and sources; a live build's scratch is left alone. Returns what was removed."""
+    from .paths import build_dir
+
+    folder = build_dir(root)
+    removed = []
+    for parent in [
+        *folder.glob("cache/v*/*/*/bin"),
+        *folder.glob("cache/v*/*/*"),
+        *folder.glob("src/*"),
+    ]:
+        for path in parent.glob(".*"):
+            match = _SCRATCH.fullmatch(path.name)
+            pid = match and next(int(g) for g in match.groups() if g)
+            if pid and pid != os.getpid() and not _alive(pid):
+                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed

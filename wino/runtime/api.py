@@ -45,8 +45,9 @@ def problem_of(x, w, padding=1, dilation=1, groups: int = 1, stride=1) -> Proble
     that is wrong (shape, dtype, padding, dilation, stride, groups)."""
     n, h, wd, c = _shape(x, "x", "NHWC")
     k, r, s, cg = _shape(w, "w", "KRSC")
-    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
         raise ValueError(f"conv2d: groups must be a positive int, got {groups!r}")
+    groups = int(groups)
     if cg * groups != c:
         raise ValueError(
             f"conv2d: w has C/G = {cg} channels but x has C = {c} with groups = "

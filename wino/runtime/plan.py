@@ -29,8 +29,8 @@ from ..pick import default_fused_specs, default_stage_specs
 from ..problem import Problem
 from ..refusals import Refused, check_problem
 from ..specs import RtInputSpec, StageSpec
-from ..vocab import DType, Prescale, Stage, Target, Tile
-from . import registry, tuning
+from ..vocab import DType, Prescale, Stage, Target, Tile, coerce
+from . import aliasing, registry, tuning
 
 #: ``dispatch(algorithm=...)``: None (dispatch chooses), "unfused" (alias "winograd_aot", the
 #: original name) or "fused".
@@ -161,6 +161,7 @@ class Plan:
         (PyTorch's for torch tensors, CuPy's for CuPy arrays). With ``y`` and ``workspace``
         given, a run allocates nothing, synchronizes nothing and reads nothing back, so CUDA
         graph capture (``torch.cuda.graph``, CuPy stream capture) records it."""
+        aliasing.check_output(y, x=x, w=w, U=U, workspace=workspace)
         return self.backend().run(self, x, w, y, workspace, U, stream)
 
     def graph(self, x, w=None, y=None, workspace=None, U=None):
@@ -261,7 +262,7 @@ def _ordered(specs: dict[Stage, StageSpec]) -> dict[Stage, StageSpec]:
 
 def _pick_target(target: Target | str | None) -> Target:
     if target is not None:
-        return Target(target) if isinstance(target, str) else target
+        return coerce(Target, target, "target")
     return Target.CUDA if registry.cuda_available() else Target.C
 
 
@@ -321,7 +322,7 @@ def dispatch(
     builds it, FileNotFoundError when no cache exists."""
     kind = (*_pick_algorithm(algorithm, specs), algorithm)  # (plan kind, why, as asked)
     target = _pick_target(target)
-    tile = Tile.parse(tile) if isinstance(tile, str) else tile
+    tile = coerce(Tile, tile, "tile") if tile is not None else None
     frozen = None if specs is None else tuple(sorted(specs.items(), key=lambda kv: kv[0].value))
     key = (problem, target, tile, batch_split, workspace_limit, cache_root, frozen, kind)
     base, db = _locations(target, cache_root, os.environ.get("WINO_BUILD"))
