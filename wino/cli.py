@@ -28,6 +28,7 @@ from .launch import (
 )
 from .problem import Problem
 from .refusals import Refused, check_problem, rule_book
+from .scale import cli as scale_cli
 from .specs import RtInputSpec, StageSpec
 from .vocab import TILES, DType, K2Path, Prescale, Stage, Tile
 
@@ -357,6 +358,11 @@ COMMANDS: dict[str, Command] = {
         "list the AOT grid, its refusals, a problem's pick or the support matrix",
         _grid_arguments,
         _grid,
+    ),
+    "build": Command(
+        "build the kernel cache without doit: a process pool, or --dask on a Dask cluster",
+        scale_cli.build_arguments,
+        scale_cli.build,
     ),
     "run": Command(
         "verify problems against the float64 reference (error vs bound, PASS/FAIL) and time them",

@@ -15,8 +15,9 @@ from __future__ import annotations
 EXTRA = "dask"
 
 
-class DaskUnavailable(ImportError):
-    """dask / distributed are not installed: the message names the extra to install."""
+class DaskUnavailable(ValueError):
+    """dask / distributed are not installed: the message names the extra to install (a
+    ValueError, so that the command line prints it as one line, like a bad argument)."""
 
 
 def require_distributed():
