@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.test_build_dodo import REPO, STAGES, TARGETS, doit
 from wino import cli
 from wino.build import builder
 from wino.build.toolchains import CompileError, resolve
@@ -121,3 +124,29 @@ def test_without_the_extra_the_error_names_it(monkeypatch, capsys):
         require_distributed()
     assert cli.main(["build", "--kernel", "k4_f2x2_ifp32", "--dask", "local"]) == 2
     assert "wino[dask]" in capsys.readouterr().err
+
+
+def test_doit_compile_and_wino_build_dask_write_the_same_cache(client, tmp_path):
+    """doit (the default build) on a small grid, then `wino build --dask` on the same grid in
+    another build folder: the same files, byte for byte (reports' logs aside)."""
+    for folder in ("grids", "schema", "templates"):
+        shutil.copytree(REPO / folder, tmp_path / folder)
+    (tmp_path / "grids" / "stages.yaml").write_text(STAGES)
+    (tmp_path / "grids" / "targets.yaml").write_text(TARGETS)
+    done = doit(tmp_path, "-n", "2", "compile:c")
+    assert done.returncode == 0, done.stderr
+    env = {
+        **os.environ,
+        "WINO_ROOT": str(tmp_path),
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    argv = ["-m", "wino.cli", "build", "--dask", client.scheduler.address]
+    argv += ["--cache-root", str(tmp_path / "dask")]
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    manifests = list((tmp_path / "build").rglob("manifest.json"))
+    kernels = len(json.loads(manifests[0].read_text())["kernels"])
+    assert len(manifests) == 1 and kernels >= 4
+    assert f"{kernels} compiled on the Dask cluster" in done.stdout
+    a, b = tree(tmp_path / "build" / "cache"), tree(tmp_path / "dask" / "cache")
+    assert len(a) == 2 * kernels + 1 and a == b  # a binary and a report per kernel, the manifest
