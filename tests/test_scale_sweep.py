@@ -27,7 +27,7 @@ pytest.importorskip("distributed", reason="the dask extra is not installed")
 
 from wino.scale import require_distributed  # noqa: E402
 from wino.scale import sweep as scale_sweep  # noqa: E402
-from wino.scale.cluster import cpu_cluster  # noqa: E402
+from wino.scale.cluster import GPU, cpu_cluster, gpu_cluster, slots, visible_gpus  # noqa: E402
 
 CASES = ("conv -n 1 -c 8 -H 8 -W 8 -k 8 -p 1 -q 1", "conv -n 2 -c 16 -H 6 -W 7 -k 8 -p 1 -q 0")
 TILES = (Tile(2, 2), Tile(4, 4))
@@ -165,3 +165,32 @@ def test_cuda_shards_need_workers_with_a_gpu(capsys, client, root):
     argv = ["bench", "--target", "cuda", "--miopen-cmd", CASES[0], "--cache-root", str(root)]
     assert cli.main([*argv, "--dask", client.scheduler.address]) == 2
     assert "no worker offers the resource GPU" in capsys.readouterr().err
+
+
+def where(shard: scale_sweep.Shard) -> scale_sweep.ShardResult:
+    """A stand-in shard: says which GPU its worker sees."""
+    return scale_sweep.ShardResult(shard, [], [os.environ["CUDA_VISIBLE_DEVICES"]], [])
+
+
+def test_cuda_shards_run_one_per_gpu_worker():
+    """A local GPU cluster (two pretend GPUs): one worker per GPU, each seeing only its own and
+    offering GPU=1; cuda shards ask for it, so they land on those workers."""
+    distributed = require_distributed()
+    with gpu_cluster(["0", "1"]) as cluster, distributed.Client(cluster) as client:
+        client.wait_for_workers(2)
+        assert slots(client, GPU) == 2 and slots(client) == 2
+        seen = client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"])
+        assert sorted(seen.values()) == ["0", "1"]
+        shards = scale_sweep.make_shards(PROBLEMS * 2, 4, target=Target.CUDA, options=Options())
+        done = scale_sweep.run_shards(client, shards, fn=where)
+    assert [d.shard.index for d in done] == [1, 2, 3, 4]
+    assert {d.lines[0] for d in done} <= {"0", "1"}
+
+
+def test_visible_gpus(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3")
+    assert visible_gpus() == ["2", "3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert visible_gpus() == []
+    with pytest.raises(ValueError, match="no GPU is visible"):
+        gpu_cluster(visible_gpus())
