@@ -151,6 +151,17 @@ def test_a_shard_that_fails_once_is_run_again(client, compiled, tmp_path, fault)
     assert len(_rows(done)) == len(PROBLEMS)
 
 
+def always_fails(shard: scale_sweep.Shard) -> scale_sweep.ShardResult:
+    raise RuntimeError(f"injected failure of shard {shard.label}")
+
+
+def test_a_shard_that_keeps_failing_breaks_its_cases_not_the_run(client):
+    done = scale_sweep.run_shards(client, _shards(), fn=always_fails)
+    assert [d.errors for d in done] == [[PROBLEMS[0].label()], [PROBLEMS[1].label()]]
+    assert done[0].lines == ["shard 1/2 failed: RuntimeError: injected failure of shard 1/2"]
+    assert scale_sweep.merged_rows(PROBLEMS, done) == []
+
+
 def test_shards_partition_the_cases_in_order():
     cases = [Problem.from_miopen(f"conv -n {n} -c 8 -H 8 -W 8 -k 8") for n in range(1, 6)]
     shards = scale_sweep.make_shards(cases, 3, target=Target.C, options=Options())

@@ -222,6 +222,8 @@ def sweep_options(
         raise ValueError("--skip-measured needs --results (the CSV to resume)")
     if args.candidates is not None and args.candidates < 1:
         raise ValueError(f"--candidates {args.candidates}: expected N >= 1")
+    if args.dask_shards is not None and not args.dask:
+        raise ValueError("--dask-shards needs --dask SCHEDULER|local")
     options = Options(
         tiles=_tiles(args.tile),
         timing=args.timing,

@@ -179,20 +179,29 @@ def run_shards(
     as each finishes; the results in shard order."""
     distributed = require_distributed()
     token = uuid.uuid4().hex[:8]
-    futures = []
+    futures = {}
     for shard in shards:
         resources = {GPU: 1} if shard.target is Target.CUDA else None
         key = f"wino-shard-{shard.index}of{shard.count}-{token}"
-        futures.append(
-            client.submit(fn, shard, key=key, resources=resources, retries=RETRIES, pure=False)
-        )
+        future = client.submit(fn, shard, key=key, resources=resources, retries=RETRIES)
+        futures[future] = shard
     done: dict[int, ShardResult] = {}
-    for future in distributed.as_completed(futures):
-        result = future.result()
+    for future in distributed.as_completed(list(futures)):
+        result = _result(future, futures[future])
         done[result.shard.index] = result
         if on_done is not None:
             on_done(result)
     return [done[s.index] for s in shards]
+
+
+def _result(future, shard: Shard) -> ShardResult:
+    """The shard's result; a shard that failed for good (its retries spent, or its workers
+    lost too often) counts its cases as broken and the others go on, as a serial sweep does."""
+    try:
+        return future.result()
+    except Exception as err:  # noqa: BLE001 - one lost shard must not lose the others
+        line = f"shard {shard.label} failed: {type(err).__name__}: {err}"
+        return ShardResult(shard, [], [line], [p.label() for p in shard.cases])
 
 
 def merged_rows(cases: Iterable[Problem], shard_results: list[ShardResult]) -> list[results.Row]:
