@@ -150,3 +150,13 @@ def test_doit_compile_and_wino_build_dask_write_the_same_cache(client, tmp_path)
     assert f"{kernels} compiled on the Dask cluster" in done.stdout
     a, b = tree(tmp_path / "build" / "cache"), tree(tmp_path / "dask" / "cache")
     assert len(a) == 2 * kernels + 1 and a == b  # a binary and a report per kernel, the manifest
+
+
+def test_the_core_and_the_command_line_do_not_import_dask():
+    code = (
+        "import sys, wino, wino.cli, wino.runtime, wino.scale, wino.scale.cli; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
