@@ -232,12 +232,17 @@ def _todo(cases: list[Problem], args, target: Target, engines: tuple[str, ...]) 
     return todo
 
 
-def _printer(progress) -> Callable[[ShardResult], None]:
+def _on_done(progress, csv: Path | None) -> Callable[[ShardResult], None]:
+    """As a shard finishes: its lines, the bar, and its rows merged into the CSV at once (so an
+    interrupted run resumes with --skip-measured; the final write puts them in case order)."""
+
     def on_done(result: ShardResult) -> None:
         shard = result.shard
         progress.say(f"shard {shard.label} ({len(shard.cases)} case(s)) on {result.worker}:")
         for line in result.lines:
             progress.say(line)
+        if csv is not None and result.rows:
+            results.update(csv, result.rows)
         progress.done += len(shard.cases)
         progress.show(f"shard {shard.label} done")
 
@@ -276,7 +281,7 @@ def run_dask(args: argparse.Namespace, cases: list[Problem], tune: bool) -> int:
             )
         shards = make_shards(
             todo,
-            min(args.dask_shards or workers, max(len(todo), 1)),
+            workers if args.dask_shards is None else args.dask_shards,
             target=target,
             options=options,
             warmup=args.warmup,
@@ -290,13 +295,12 @@ def run_dask(args: argparse.Namespace, cases: list[Problem], tune: bool) -> int:
             flush=True,
         )
         progress = Progress(len(todo), True if args.progress else None)
-        done = run_shards(client, shards, on_done=_printer(progress))
+        before = results.read(args.results) if args.results is not None else []
+        done = run_shards(client, shards, on_done=_on_done(progress, args.results))
         progress.clear()
-    new = merged_rows(todo, done)
+    rows = results.annotate(results.merge(before, merged_rows(todo, done)))
     if args.results is not None:
-        rows = results.update(args.results, new)
-    else:
-        rows = results.annotate(results.merge([], new))
+        results.write(args.results, rows)
     if tune:
         _record(target, todo, done, args.cache_root)
     keys = {case_key(p) for p in cases}
