@@ -110,7 +110,7 @@ def test_a_failed_compile_says_the_command_and_the_error():
 
 def test_wino_build_dask_cli(capsys, client, tmp_path):
     address = client.scheduler.address
-    argv = ["build", "--kernel", "k4_f2x2_ifp32", "--cache-root", str(tmp_path)]
+    argv = ["build", "--target", "c", "--kernel", "k4_f2x2_ifp32", "--cache-root", str(tmp_path)]
     assert cli.main([*argv, "--dask", address]) == 0
     out = capsys.readouterr().out
     assert f"compiled on the Dask cluster {address}, 0 already built" in out

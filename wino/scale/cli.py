@@ -15,7 +15,8 @@ def build_arguments(parser: argparse.ArgumentParser) -> None:
         "--target",
         action="append",
         choices=["c", "cuda", "hip"],
-        help="a target to build (repeatable; default: c)",
+        help="a target to build (repeatable; default: every target whose compiler is "
+        "present, as doit)",
     )
     parser.add_argument(
         "--dask",
@@ -74,7 +75,7 @@ def _run(args: argparse.Namespace, specs, targets):
 def build(args: argparse.Namespace) -> int:
     from ..vocab import Target
 
-    targets = [Target(t) for t in dict.fromkeys(args.target or ["c"])]
+    targets = [Target(t) for t in dict.fromkeys(args.target)] if args.target else list(Target)
     specs = _specs(args.kernel)
     result = _run(args, specs, targets)
     for message in result.messages:
