@@ -187,7 +187,7 @@ def _tiles(values):
 
 
 def _target(name: str | None):
-    from ..runtime.backends import cuda_available
+    from ..runtime.registry import cuda_available
     from ..vocab import Target
 
     if name is not None:
@@ -196,17 +196,9 @@ def _target(name: str | None):
 
 
 def _device(args: argparse.Namespace, target):
-    from .device import open_device
-    from .timing import Settings
+    from .device import open_device, with_final
 
-    device = open_device(target, args.cache_root)
-    if args.repeats is not None or args.warmup is not None:
-        default = device.final_settings
-        device.final_settings = Settings(
-            default.warmup if args.warmup is None else args.warmup,
-            default.repeats if args.repeats is None else args.repeats,
-        )
-    return device
+    return with_final(open_device(target, args.cache_root), args.warmup, args.repeats)
 
 
 def sweep_options(
@@ -262,7 +254,8 @@ def bench(args: argparse.Namespace) -> int:
     if args.dask:
         from ..scale.sweep import run_dask
 
-        return run_dask(args, cases, tune=False)
+        setup = sweep_options(args, args.verify, args.compare, args.skip_measured)
+        return run_dask(args, cases, *setup, tune=False)
     sweep = build_sweep(args, args.verify, args.compare, args.skip_measured)
     _header("bench", sweep, cases)
     return sweep.run(cases, Progress(len(cases), True if args.progress else None))
@@ -276,7 +269,7 @@ def tune(args: argparse.Namespace) -> int:
     if args.dask:
         from ..scale.sweep import run_dask
 
-        return run_dask(args, cases, tune=True)
+        return run_dask(args, cases, *sweep_options(args, True, None), tune=True)
     sweep = build_sweep(args, verify=True, compare=None)
     _header("tune", sweep, cases)
     progress = Progress(len(cases), True if args.progress else None)

@@ -1,6 +1,6 @@
 """Distributed compile: the build's compile actions as Dask tasks, published by the client.
 
-The client plans the build exactly as ``doit compile`` does (wino.build.plan: the same specs,
+The client plans the build exactly as ``doit compile`` does (wino.builder.plan: the same specs,
 toolchains and content addresses), renders each source that is not built yet and writes it to
 build/src/ as the serial build does, and submits one task per (kernel, toolchain): the worker
 finds the same compiler on its PATH (the same identity line, or it refuses: the identity is part
@@ -23,12 +23,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..build.builder import BuildResult, publish_manifests
-from ..build.cache_writer import KernelBinary, publish_compiled, sha256_text
-from ..build.paths import SOURCE_EXT, source_path, write_if_changed
-from ..build.plan import Job, plan
-from ..build.toolchains import (
-    HOW_TO_GET,
+from ..builder.builder import BuildResult, publish_manifests
+from ..builder.cache_writer import KernelBinary, publish_compiled, sha256_text
+from ..builder.paths import source_path, write_if_changed
+from ..builder.plan import Job, plan
+from ..builder.toolchains import (
     Compiled,
     CompileError,
     Toolchain,
@@ -64,7 +63,7 @@ def worker_toolchain(tc: Toolchain) -> Toolchain:
     path = shutil.which(tc.compiler)
     if path is None:
         raise CompileError(
-            f"worker {host}: compiler `{tc.compiler}` not found on PATH; {HOW_TO_GET[tc.target]}"
+            f"worker {host}: compiler `{tc.compiler}` not found on PATH; {tc.kit.how_to_get}"
         )
     line = identity_line(path, tc.target)
     if line != tc.identity:
@@ -76,11 +75,11 @@ def worker_toolchain(tc: Toolchain) -> Toolchain:
     return replace(tc, path=path)
 
 
-def compile_remote(tc: Toolchain, name: str, ext: str, text: str) -> RemoteCompiled:
+def compile_remote(tc: Toolchain, name: str, text: str) -> RemoteCompiled:
     """Compile one rendered source for one toolchain in a temporary folder; its outputs' bytes."""
     tc = worker_toolchain(tc)
     with tempfile.TemporaryDirectory(prefix=f"wino-{name}-") as tmp:
-        src = Path(tmp) / "src" / f"{name}.{ext}"
+        src = Path(tmp) / "src" / f"{name}.{tc.kit.source_ext}"  # as paths.source_path
         src.parent.mkdir()
         src.write_text(text, encoding="utf-8")
         scratch = Path(tmp) / "out"
@@ -142,7 +141,7 @@ def submit_compiles(client, plans, root: str | None) -> dict:
                 continue
             text = source_text(p.target, job, root)
             for kb in todo:
-                args = (kb.toolchain, job.name, SOURCE_EXT[p.target], text)
+                args = (kb.toolchain, job.name, text)
                 future = client.submit(compile_remote, *args, key=task_key(kb), retries=RETRIES)
                 pending[future] = kb
     return pending
@@ -155,7 +154,7 @@ def build(
     root: str | Path | None = None,
     publish: bool = True,
 ) -> BuildResult:
-    """wino.build.builder.build with the compiles on ``client``'s workers: ``specs`` (default:
+    """wino.builder.builder.build with the compiles on ``client``'s workers: ``specs`` (default:
     the grid) for ``targets`` into ``root`` (default: WINO_BUILD or build/). Raises CompileError
     naming every kernel that failed (after the others are stored; no manifest then)."""
     distributed = require_distributed()

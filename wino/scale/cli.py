@@ -62,7 +62,7 @@ def _run(args: argparse.Namespace, specs, targets):
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs}: expected N >= 1")
     if not args.dask:
-        from ..build.builder import build
+        from ..builder.builder import build
 
         return build(specs, targets, root=args.cache_root, jobs=args.jobs)
     from .build import build

@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from types import SimpleNamespace
 
 from ..bench import results
 from ..bench.cases import case_key, select_cases
+from ..bench.device import open_device, with_final
 from ..bench.sweep import Options, Sweep, best_line, exit_code
 from ..cache import MANIFEST, cache_root
 from ..problem import Problem
@@ -104,9 +104,7 @@ def _manifest_stamp(target: Target, root: Path | None) -> tuple:
 
 @lru_cache(maxsize=4)
 def _cached_device(target: Target, root, warmup, repeats, stamp: tuple):
-    from ..bench.cli import _device
-
-    return _device(SimpleNamespace(cache_root=root, warmup=warmup, repeats=repeats), target)
+    return with_final(open_device(target, root), warmup, repeats)
 
 
 def worker_device(shard: Shard):
@@ -260,15 +258,14 @@ def _record(target: Target, cases, shard_results, cache_root) -> None:
             print(line, flush=True)
 
 
-def run_dask(args: argparse.Namespace, cases: list[Problem], tune: bool) -> int:
-    """``wino bench|tune --dask SCHEDULER``: the exit code (as the serial command's)."""
-    from ..bench.cli import sweep_options
+def run_dask(
+    args: argparse.Namespace, cases: list[Problem], target: Target, options: Options, tune: bool
+) -> int:
+    """``wino bench|tune --dask SCHEDULER`` (the arguments checked by the bench command line:
+    ``target``, ``options``): the exit code (as the serial command's)."""
     from ..bench.progress import Progress
 
-    verify, compare = (True, None) if tune else (args.verify, args.compare)
-    skip = getattr(args, "skip_measured", False)
-    target, options = sweep_options(args, verify, compare, skip)
-    engines = ("wino", "cudnn") if compare == "cudnn" else ("wino",)
+    engines = ("wino", "cudnn") if options.compare == "cudnn" else ("wino",)
     todo = _todo(cases, args, target, engines)
     with connect(args.dask, gpus=target is Target.CUDA) as client:
         resource = GPU if target is Target.CUDA else None
