@@ -35,6 +35,7 @@ ABOVE_CORE = (
     "wino.bench",
     "wino.cli",
     "wino.torch",
+    "wino.scale",
 )
 
 

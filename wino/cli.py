@@ -29,6 +29,7 @@ from .matrix import MATRIX_PATH, support_matrix
 from .pick import default_stage_specs
 from .problem import Problem, read_miopen_file
 from .refusals import Refused, check_problem
+from .scale import cli as scale_cli
 from .specs import RtInputSpec, StageSpec
 from .vocab import TILES, DType, Prescale, Stage, Target, Tile
 
@@ -299,6 +300,11 @@ COMMANDS: dict[str, Command] = {
         "list the AOT grid, its refusals, a problem's pick or the support matrix",
         _grid_arguments,
         _grid,
+    ),
+    "build": Command(
+        "build the kernel cache without doit: a process pool, or --dask on a Dask cluster",
+        scale_cli.build_arguments,
+        scale_cli.build,
     ),
     "run": Command(
         "verify problems against the float64 reference (error vs bound, PASS/FAIL) and time them",

@@ -100,6 +100,18 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
         help="merge one row per case x engine x tile into this CSV",
     )
     run.add_argument(
+        "--dask",
+        metavar="SCHEDULER|local",
+        help="run the cases as shards on a Dask cluster (a scheduler address, or local: one "
+        "worker per GPU on cuda, per core on c) and merge them (needs the dask extra)",
+    )
+    run.add_argument(
+        "--dask-shards",
+        type=int,
+        metavar="N",
+        help="with --dask: N shards (default: one per GPU worker on cuda, per worker on c)",
+    )
+    run.add_argument(
         "--progress",
         action="store_true",
         help="show the progress bar on stderr even when it is not a terminal",
@@ -191,23 +203,16 @@ def _target(name: str | None):
 
 
 def _device(args: argparse.Namespace, target):
-    from .device import open_device
-    from .timing import Settings
+    from .device import open_device, with_final
 
-    device = open_device(target, args.cache_root)
-    if args.repeats is not None or args.warmup is not None:
-        default = device.final_settings
-        device.final_settings = Settings(
-            default.warmup if args.warmup is None else args.warmup,
-            default.repeats if args.repeats is None else args.repeats,
-        )
-    return device
+    return with_final(open_device(target, args.cache_root), args.warmup, args.repeats)
 
 
-def build_sweep(
+def sweep_options(
     args: argparse.Namespace, verify: bool, compare: str | None, skip_measured: bool = False
 ):
-    from .sweep import Options, Sweep
+    """The target and the sweep's Options, the arguments checked (no device opened)."""
+    from .sweep import Options
 
     target = _target(args.target)
     if compare == "cudnn" and target.value != "cuda":
@@ -216,7 +221,8 @@ def build_sweep(
         raise ValueError("--skip-measured needs --results (the CSV to resume)")
     if args.candidates is not None and args.candidates < 1:
         raise ValueError(f"--candidates {args.candidates}: expected N >= 1")
-    device = _device(args, target)
+    if args.dask_shards is not None and not args.dask:
+        raise ValueError("--dask-shards needs --dask SCHEDULER|local")
     options = Options(
         tiles=_tiles(args.tile),
         timing=args.timing,
@@ -225,7 +231,16 @@ def build_sweep(
         candidate_limit=args.candidates,
         cache_root=args.cache_root,
     )
-    return Sweep(device, options, args.results, skip_measured)
+    return target, options
+
+
+def build_sweep(
+    args: argparse.Namespace, verify: bool, compare: str | None, skip_measured: bool = False
+):
+    from .sweep import Sweep
+
+    target, options = sweep_options(args, verify, compare, skip_measured)
+    return Sweep(_device(args, target), options, args.results, skip_measured)
 
 
 def _header(command: str, sweep, cases) -> None:
@@ -261,6 +276,11 @@ def bench(args: argparse.Namespace) -> int:
         return overhead(args)
 
     cases = gather_cases(args)
+    if args.dask:
+        from ..scale.sweep import run_dask
+
+        setup = sweep_options(args, args.verify, args.compare, args.skip_measured)
+        return run_dask(args, cases, *setup, tune=False)
     sweep = build_sweep(args, args.verify, args.compare, args.skip_measured)
     _header("bench", sweep, cases)
     return sweep.run(cases, Progress(len(cases), True if args.progress else None))
@@ -271,6 +291,10 @@ def tune(args: argparse.Namespace) -> int:
     from .tune import tune as run_tune
 
     cases = gather_cases(args)
+    if args.dask:
+        from ..scale.sweep import run_dask
+
+        return run_dask(args, cases, *sweep_options(args, True, None), tune=True)
     sweep = build_sweep(args, verify=True, compare=None)
     _header("tune", sweep, cases)
     progress = Progress(len(cases), True if args.progress else None)

@@ -52,7 +52,32 @@ COLUMNS = (
     "speedup",
     "winner",
 )
+#: Columns that differ between two runs of the same sweep: the timings and the rates and ratios
+#: derived from them, and the error (fresh random operands per run). The other columns are the
+#: sweep's content: what ran (case, tile, binaries, batch split) and whether it verified.
+MEASURED = (
+    *(f"{s}_us" for s in STAGE_COLUMNS),
+    "total_us",
+    "tflops",
+    "k1_gbs",
+    "k2a_gbs",
+    "k2_gbs",
+    "k4_gbs",
+    "copy_gbs",
+    "gemm_tflops",
+    "bound_us",
+    "bound_ratio",
+    "error",
+    "speedup",
+    "winner",
+)
 Row = dict[str, str]
+
+
+def content(rows: Iterable[Row]) -> list[Row]:
+    """The rows without their MEASURED columns, in order: what two runs of a sweep (serial, or
+    sharded through Dask) must agree on."""
+    return [{c: row.get(c, "") for c in COLUMNS if c not in MEASURED} for row in rows]
 
 
 def key(row: Row) -> tuple[str, ...]:

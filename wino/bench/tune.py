@@ -7,6 +7,8 @@ from pathlib import Path
 
 from ..problem import Problem
 from ..runtime import tuning
+from ..specs import StageSpec
+from ..vocab import Stage, Target, Tile
 from .sweep import CaseRun, Sweep, TileRun
 
 
@@ -23,11 +25,23 @@ def record(run: CaseRun, sweep: Sweep, cache_root: Path | None) -> str:
     if best is None:
         return f"not tuned {label}: no verified pipeline"
     plan = best.pick.plan
-    path = tuning.record(
+    return record_winner(
         run.problem, sweep.device.target, plan.tile, plan.specs, best.total_us, cache_root
     )
-    names = " ".join(spec.name for spec in plan.specs.values())
-    return f"tuned {label}: {plan.tile} {best.total_us:.1f} us [{names}] -> {path}"
+
+
+def record_winner(
+    problem: Problem,
+    target: Target,
+    tile: Tile,
+    specs: dict[Stage, StageSpec],
+    time_us: float,
+    cache_root: Path | None,
+) -> str:
+    """Write one winner into the tuning DB (here, or from a Dask shard); the line to print."""
+    path = tuning.record(problem, target, tile, specs, time_us, cache_root)
+    names = " ".join(spec.name for spec in specs.values())
+    return f"tuned {problem.label()}: {tile} {time_us:.1f} us [{names}] -> {path}"
 
 
 def tune(cases: list[Problem], sweep: Sweep, progress, cache_root: Path | None) -> int:
