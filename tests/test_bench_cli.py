@@ -35,8 +35,6 @@ def _public_fp32(count: int) -> list[Problem]:
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    if not PUBLIC_CASES.is_file():
-        pytest.skip(f"public cases absent at {PUBLIC_CASES}")
     limit = HostDevice.CANDIDATE_LIMIT
     small = [replace(Problem.from_miopen(line), dtype=d) for line in (SMALL, OTHER) for d in DType]
     specs = needed_specs(_public_fp32(2), TILES, limit) | needed_specs(small, SMALL_TILES, limit)
@@ -119,8 +117,6 @@ def test_the_public_command_writes_rows_and_the_best_line(capsys, root, tmp_path
 
 
 def test_refused_public_lines_are_skipped_with_their_rule(capsys, root, tmp_path):
-    if not PUBLIC_CASES.is_file():
-        pytest.skip("public cases absent")
     one_by_one, strided = case_lines(PUBLIC_CASES)[-2:]
     code, out, _ = _bench(
         capsys,
