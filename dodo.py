@@ -10,7 +10,7 @@ from functools import lru_cache
 
 from wino import config
 from wino.build import plan as build_plan
-from wino.build import tasks
+from wino.build import tasks, wheel
 from wino.build.paths import dep_file
 
 DOIT_CONFIG = {
@@ -54,6 +54,11 @@ def task_validate():
         "file_dep": paths + sorted(str(p) for p in config.SCHEMAS.glob("*.json")),
         "verbosity": 2,
     }
+
+
+def task_wheel():
+    """Build dist/wino-*.whl carrying the c and cuda caches (to install where no compiler is)."""
+    return wheel.wheel_task(plans())
 
 
 def task_golden():

@@ -23,6 +23,7 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass
+from enum import Enum
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -35,11 +36,58 @@ from .vocab import Target
 MANIFEST = "manifest.json"
 
 
+class CacheSource(Enum):
+    """Where the runtime found a cache, in the order it looks (``search_path``)."""
+
+    ROOT = "the cache root given"
+    ENV = "$WINO_BUILD"
+    CWD = "./build"
+    CHECKOUT = "the checkout's build folder"
+    PACKAGED = "the installed package"
+
+
+@dataclass(frozen=True)
+class BuildFolder:
+    """A build folder the runtime may read, and why it is on the search path."""
+
+    path: Path
+    source: CacheSource
+
+
+def _env_build() -> str | None:
+    """$WINO_BUILD, where an empty value means unset."""
+    return os.environ.get("WINO_BUILD") or None
+
+
 def build_folder(root: Path | str | None = None) -> Path:
-    """The build folder: the ``root`` given, else $WINO_BUILD, else <project>/build."""
+    """The build folder the build writes (and the tuning DB lives in): the ``root`` given, else
+    $WINO_BUILD, else the checkout's build/ (./build when running from an installed wheel)."""
     if root is not None:
         return Path(root)
-    return Path(os.environ.get("WINO_BUILD", config.ROOT / "build"))
+    if _env_build():
+        return Path(_env_build())
+    return config.ROOT / "build" if config.IS_CHECKOUT else Path.cwd() / "build"
+
+
+def search_path(root: Path | str | None = None) -> list[BuildFolder]:
+    """The build folders the runtime reads, in order. An explicit ``root``, else $WINO_BUILD, is
+    the only place looked at (a choice is never second-guessed); otherwise ./build, the
+    checkout's build/ and the cache packaged in the wheel, the first holding the target wins."""
+    if root is not None:
+        return [BuildFolder(Path(root), CacheSource.ROOT)]
+    if _env_build():
+        return [BuildFolder(Path(_env_build()), CacheSource.ENV)]
+    found = [BuildFolder(Path.cwd() / "build", CacheSource.CWD)]
+    if config.IS_CHECKOUT:
+        found.append(BuildFolder(config.ROOT / "build", CacheSource.CHECKOUT))
+    found.append(BuildFolder(config.PACKAGED / "build", CacheSource.PACKAGED))
+    seen: set[Path] = set()
+    unique = []
+    for folder in found:
+        if folder.path.resolve() not in seen:
+            seen.add(folder.path.resolve())
+            unique.append(folder)
+    return unique
 
 
 def cache_root(root: Path | str | None = None) -> Path:
@@ -95,6 +143,12 @@ class Manifest:
     directory: Path
     toolchain: dict[str, Any]
     kernels: dict[str, CachedKernel]
+    source: CacheSource | None = None  # where the search path found it (None: read directly)
+
+    def origin(self) -> str:
+        """The cache folder and, when it was searched for, why it was picked."""
+        why = f" ({self.source.value})" if self.source is not None else ""
+        return f"{self.directory}{why}"
 
     def kernel(self, name: str, verify: bool = True) -> CachedKernel:
         """The named kernel; raises KeyError naming the missing kernel and the build command."""
@@ -118,7 +172,7 @@ def _checked(path: Path, sha256: str) -> bool:
     return path.is_file() and sha256_file(path) == sha256
 
 
-def read_manifest(path: Path) -> Manifest:
+def read_manifest(path: Path, source: CacheSource | None = None) -> Manifest:
     data = json.loads(path.read_text(encoding="utf-8"))
     config.validate(data, "manifest", str(path))
     directory = path.parent
@@ -133,15 +187,24 @@ def read_manifest(path: Path) -> Manifest:
             entry.get("registers"),
             entry.get("spills"),
         )
-    return Manifest(Target(data["target"]), data["flavor"], directory, data["toolchain"], kernels)
+    target, flavor = Target(data["target"]), data["flavor"]
+    return Manifest(target, flavor, directory, data["toolchain"], kernels, source)
 
 
-def find_manifest(target: Target, root: Path | None = None, flavor: str | None = None) -> Manifest:
-    """The target's manifest: the given flavor, or the only / most recently published one."""
-    base = cache_root(root) / target.value
-    candidates = sorted(base.glob(f"{flavor or '*'}/{MANIFEST}"), key=lambda p: p.stat().st_mtime)
-    if not candidates:
-        raise FileNotFoundError(
-            f"no {target.value} cache under {base}: build it with `doit compile:{target.value}`"
-        )
-    return read_manifest(candidates[-1])
+def find_manifest(
+    target: Target, root: Path | str | None = None, flavor: str | None = None
+) -> Manifest:
+    """The target's manifest from the first build folder of ``search_path(root)`` that holds
+    one: the given flavor, or the only / most recently published one."""
+    looked = []
+    for folder in search_path(root):
+        base = folder.path / "cache" / f"v{FORMAT}" / target.value
+        found = sorted(base.glob(f"{flavor or '*'}/{MANIFEST}"), key=lambda p: p.stat().st_mtime)
+        if found:
+            return read_manifest(found[-1], folder.source)
+        looked.append(f"{base} ({folder.source.value})")
+    raise FileNotFoundError(
+        f"no {target.value} cache{f' of flavor {flavor}' if flavor else ''} in "
+        f"{'; '.join(looked)}: build it with `doit compile:{target.value}`, or install a "
+        "wino wheel that carries it"
+    )

@@ -13,7 +13,7 @@ SOURCE_EXT = {Target.C: "c", Target.CUDA: "cu", Target.HIP: "hip"}
 
 
 def build_dir(root: Path | str | None = None) -> Path:
-    """The build folder: the ``root`` given, else $WINO_BUILD, else <project>/build."""
+    """The build folder: wino.cache.build_folder."""
     return build_folder(root)
 
 

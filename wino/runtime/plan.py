@@ -108,6 +108,7 @@ class Plan:
         lines = [
             f"plan {self.kind} for {self.problem.label()} on {self.target.value} "
             f"({self.manifest.flavor}), tile {self.tile.name}, specs from {self.source}",
+            f"  cache {self.manifest.origin()}",
             f"  batch split {self.batch_split}: chunks {self.chunks}",
             f"  workspace {self.workspace_bytes} bytes: "
             + ", ".join(
