@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import config
+from .files import chmod_as_open
 from .launch import FORMAT
 from .specs import StageSpec, spec_from_fields
 from .vocab import Target
@@ -113,6 +114,7 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".json", dir=directory)
     try:
+        chmod_as_open(fd)  # readable by whoever may read the cache (and in a wheel), not 0600
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(manifest, handle, indent=1, sort_keys=True)
             handle.write("\n")

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from .. import cache, config
-from ..problem import Problem
+from ..problem import Problem, canonical_line
 from ..specs import StageSpec, spec_from_fields
 from ..vocab import Stage, Target, Tile
 
@@ -19,16 +19,19 @@ def db_path(target: Target, root: Path | None = None) -> Path:
 
 
 def problem_key(problem: Problem) -> str:
-    """The DB key: every field that changes the choice (batch included)."""
-    return problem.to_miopen() + f" -l {problem.dil_h} -j {problem.dil_w}"
+    """The DB key: the canonical MIOpenDriver line (every field that changes the choice,
+    dtype, batch and dilation included, each flag once)."""
+    return problem.to_miopen()
 
 
 def load(target: Target, root: Path | None = None) -> dict:
     path = db_path(target, root)
     if not path.is_file():
         return {"format": 1, "target": target.value, "entries": {}}
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return config.validate(data, "tuning", str(path))
+    data = config.validate(json.loads(path.read_text(encoding="utf-8")), "tuning", str(path))
+    # DBs written before the keys were canonical spelled -l/-j twice: read them canonically
+    data["entries"] = {canonical_line(k): v for k, v in data["entries"].items()}
+    return data
 
 
 def lookup(
