@@ -336,6 +336,12 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="the build folder holding cache/v<FORMAT>/ (default: build/)",
     )
+    parser.add_argument(
+        "--direction",
+        metavar="fwd",
+        help="override the lines' -F: fwd (forward, the only direction wino serves); "
+        "bwd and wrw are refused",
+    )
     parser.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     parser.add_argument(
         "--repeats",

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..problem import Problem, read_miopen_file
+from ..problem import Direction, Problem, forward_only, read_miopen_cases
 from ..refusals import Refused
 from ..vocab import DType, Target, Tile
 from .arrays import numpy_dtype
@@ -298,13 +299,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     the command runs): verify and time every problem given; 0 when every verified case passes
     (refusals are skipped), 1 otherwise."""
     problems = [Problem.from_miopen(line) for line in args.miopen_cmd]
+    bad = []
     for path in args.miopen_file:
-        problems += read_miopen_file(path)
+        read, wrong = read_miopen_cases(path)
+        problems, bad = problems + read, bad + wrong
+    for line in bad:
+        print(f"wino: skipping {line}", file=sys.stderr, flush=True)
     if not problems:
         raise ValueError("wino run: pass at least one --miopen-cmd LINE or --miopen-file FILE")
+    direction = Direction.parse(args.direction) if args.direction else None
+    problems = forward_only(problems, direction)
     tile = Tile.parse(args.tile) if args.tile else None
     results = run_cases(
         problems, args.target, tile, args.seed, cache_root=args.cache_root, repeats=args.repeats
     )
     print(format_results(results))
-    return 0 if all(r.ok for r in results) else 1
+    if bad:
+        print(f"wino: {len(bad)} line(s) of the case files were skipped", file=sys.stderr)
+    return 0 if all(r.ok for r in results) and not bad else 1
