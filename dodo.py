@@ -12,18 +12,21 @@ from wino import config
 from wino.build import plan as build_plan
 from wino.build import tasks, wheel
 from wino.build.paths import dep_file
+from wino.build.reporter import BuildReporter
 
 DOIT_CONFIG = {
     "default_tasks": ["compile"],
     "dep_file": dep_file(),
     "verbosity": 1,
+    "reporter": BuildReporter,  # a line per task that runs and a summary: a no-op is one line
 }
 
 
 @lru_cache(maxsize=1)
 def plans():
-    """The grid per target, with every binary's address (rendered once per doit run)."""
-    return build_plan.plan()
+    """The grid per target, with every binary's address (rendered once per doit run). A skipped
+    target says why when it is asked for (compile:<target>), not on every run."""
+    return build_plan.plan(quiet=True)
 
 
 def task_compile():
