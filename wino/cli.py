@@ -148,12 +148,37 @@ def _explain(line: str) -> int:
     if len(refusals) == len(results):  # nothing serves it: the refusal is the answer
         raise refusals[0]
     print(f"problem: {problem.label()}")
+    picks = _dispatch_picks(problem)
     for tile, result in results.items():
         if isinstance(result, Refused):
             print(f"{tile}: refused [{result.rule}] {result.message}")
         else:
-            print("\n".join(result))
+            mark = f"  <- dispatch's pick ({'; '.join(picks[tile])})" if tile in picks else ""
+            print(result[0] + mark)
+            print("\n".join(result[1:]))
     return 0
+
+
+def _dispatch_picks(problem: Problem) -> dict[Tile, list[str]]:
+    """The tile ``dispatch`` runs when none is given, and why: a target's tuning DB (in the
+    build folder) when it has the problem, else the default rule."""
+    from .runtime import tuning
+    from .runtime.plan import default_tile
+    from .vocab import Target
+
+    picks: dict[Tile, list[str]] = {}
+    untuned = []
+    for target in (Target.C, Target.CUDA):
+        tuned = tuning.best_tile(problem, target)
+        if tuned is None:
+            untuned.append(target.value)
+        else:
+            picks.setdefault(tuned, []).append(f"{target.value}: tuning DB")
+    if untuned:
+        rule = " ".join(default_tile.__doc__.split())  # the rule's one statement
+        reason = f"{', '.join(untuned)}: default rule, {rule}"
+        picks.setdefault(default_tile(problem), []).append(reason)
+    return picks
 
 
 def _explain_tile(problem: Problem, tile: Tile) -> list[str] | Refused:
