@@ -121,11 +121,11 @@ class Plan:
                 if isinstance(step, GemmStep):
                     lines.append(f"    {step.stage.short:4} {step.name}")
                 else:
-                    args = " ".join(f"{k}={v}" for k, v in step.launch.kernargs.items())
                     lines.append(
                         f"    {step.stage.short:4} {step.name} grid={step.launch.grid}"
-                        f" block={step.launch.block} {args}"
+                        f" block={step.launch.block}"
                     )
+                    lines += [f"         {text}" for text in kernargs_text(step.launch.kernargs)]
         return "\n".join(lines)
 
     # Running ---------------------------------------------------------------------------------
@@ -144,6 +144,18 @@ class Plan:
         """y = conv(x, w). ``U`` (from transform_filter) skips K1; ``workspace`` (bytes or an
         array of at least ``workspace_bytes``) and ``y`` may be passed in to avoid allocation."""
         return self.backend().run(self, x, w, y, workspace, U)
+
+
+def kernargs_text(kernargs: dict[str, int]) -> list[str]:
+    """The kernel arguments for people: the extents by name, then each magic pair (the
+    ``m_X``, ``s_X`` fields, wino.launch.KERNARG_MAGICS) as the division by X it stands for."""
+    extents = {k: v for k, v in kernargs.items() if not k.startswith(("m_", "s_"))}
+    divisors = [k[2:] for k in kernargs if k.startswith("m_")]
+    lines = ["args " + " ".join(f"{k}={v}" for k, v in extents.items())]
+    if divisors:
+        pairs = (f"/{d} ({kernargs[f'm_{d}']:#x}, >>{kernargs[f's_{d}']})" for d in divisors)
+        lines.append("magic pairs " + ", ".join(pairs))
+    return lines
 
 
 def plan_layout(problem: Problem, tile: Tile, specs: dict[Stage, StageSpec], chunk: int):
