@@ -5,7 +5,8 @@ Layout: ``build/cache/v<FORMAT>/<target>/<flavor>/``
   bin/<name>-<hash>.<ext> binaries addressed by a content hash of everything that changes them
 A flavor names one toolchain configuration (compiler identity and arch), e.g. ``gcc-12.2.0``
 or ``nvcc-13.0-sm_90``. The runtime trusts the manifest and each binary's sha256, never doit's
-database.
+database. It finds a target's cache on ``search_path``: the cache root given, else $WINO_BUILD,
+else ./build, the checkout's build/ and the cache packaged in an installed wheel.
 
 Manifest (schema/manifest.schema.json)::
 
