@@ -49,6 +49,7 @@ def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wheel")
     specs = default_stage_specs(PROBLEM, default_tile(PROBLEM)).values()
     manifest = host_cache.build(specs, tmp / "build")
+    (manifest.directory / "manifest.json").chmod(0o600)  # as older wino versions wrote it
     return wheel.build_wheel(tmp / "dist", tmp / "build"), manifest
 
 
@@ -64,6 +65,8 @@ def test_wheel_carries_the_manifest_its_binaries_and_the_declared_files(built):
     for declared in ("grids/stages.yaml", "grids/refusals.yaml", "schema/manifest.schema.json"):
         assert f"wino/packaged/{declared}" in names
     assert not any("__pycache__" in name for name in names)
+    for info in zipfile.ZipFile(path).infolist():  # readable by all once installed
+        assert (info.external_attr >> 16) & 0o444 == 0o444, info.filename
 
 
 def test_installed_wheel_runs_conv2d_from_its_packaged_cache(built, tmp_path):

@@ -49,25 +49,27 @@ def available_manifests(root: Path | str | None = None) -> list[cache.Manifest]:
 
 def copy_cache(manifest: cache.Manifest, into: Path) -> int:
     """Copy one published manifest and every file beside its binaries into the build folder
-    ``into``; returns the bytes copied."""
+    ``into``; returns the bytes copied. Contents only: the copies get this process's default
+    mode, so a cache written 0600 is still readable by everyone once installed."""
     dest = into / "cache" / f"v{FORMAT}" / manifest.target.value / manifest.flavor
     (dest / "bin").mkdir(parents=True, exist_ok=True)
-    copied = [shutil.copy2(manifest.directory / cache.MANIFEST, dest / cache.MANIFEST)]
+    copied = [shutil.copyfile(manifest.directory / cache.MANIFEST, dest / cache.MANIFEST)]
     for kernel in manifest.kernels.values():
         for path in sorted(kernel.path.parent.glob(f"{kernel.path.stem}.*")):
-            copied.append(shutil.copy2(path, dest / "bin" / path.name))
+            copied.append(shutil.copyfile(path, dest / "bin" / path.name))
     return sum(Path(p).stat().st_size for p in copied)
 
 
 def stage_project(into: Path, manifests: list[cache.Manifest]) -> Path:
     """A minimal project at ``into`` whose package carries ``manifests``; returns its data dir."""
     for name in PROJECT_FILES:
-        shutil.copy2(config.ROOT / name, into / name)
+        shutil.copyfile(config.ROOT / name, into / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", config.PACKAGED.name)
-    shutil.copytree(config.PACKAGE, into / "wino", ignore=ignore)
+    copy = shutil.copyfile  # contents, not modes
+    shutil.copytree(config.PACKAGE, into / "wino", ignore=ignore, copy_function=copy)
     data = into / "wino" / config.PACKAGED.name
     for name in DECLARED:
-        shutil.copytree(config.ROOT / name, data / name)
+        shutil.copytree(config.ROOT / name, data / name, copy_function=copy)
     for manifest in manifests:
         copy_cache(manifest, data / "build")
     return data
