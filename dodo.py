@@ -3,16 +3,16 @@
     doit                      build every target whose compiler is present (= doit compile)
     doit -n 2 compile:c       one target, two jobs
     doit compile_cuda:<name>  one kernel
-The logic lives in wino.build; this file is its table of contents.
+The logic lives in wino.builder; this file is its table of contents.
 """
 
 from functools import lru_cache
 
 from wino import config
-from wino.build import plan as build_plan
-from wino.build import tasks, wheel
-from wino.build.paths import dep_file
-from wino.build.reporter import BuildReporter
+from wino.builder import plan as build_plan
+from wino.builder import tasks, wheel
+from wino.builder.paths import dep_file
+from wino.builder.reporter import BuildReporter
 
 DOIT_CONFIG = {
     "default_tasks": ["compile"],

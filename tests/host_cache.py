@@ -1,12 +1,12 @@
 """A c-target cache for the runtime tests: exactly the kernels a test asks for, built by the
-real build (wino.build.builder, content-addressed) into a temp folder."""
+real build (wino.builder.builder, content-addressed) into a temp folder."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from wino import cache
-from wino.build import builder
+from wino.builder import builder
 from wino.vocab import Target
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from wino.grid import aot_stage_specs
-from wino.launch import default_stage_specs
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.runtime import verify
 from wino.runtime.arrays import numpy_dtype

@@ -6,7 +6,7 @@ import pytest
 
 from tests import host_cache
 from wino.bench.roofline import bandwidth_gbs, bound_us, gemm_flops, stage_bytes
-from wino.launch import default_stage_specs
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.runtime import dispatch
 from wino.vocab import DType, Stage, Target, Tile

@@ -11,7 +11,8 @@ import pytest
 from wino.bench import candidates as cands
 from wino.bench.select import assemble, fastest, select
 from wino.grid import in_grid
-from wino.launch import default_stage_specs, stage_launch
+from wino.launch import stage_launch
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.vocab import TILES, DType, Prescale, Stage, Tile
 

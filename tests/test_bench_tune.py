@@ -15,7 +15,7 @@ from wino import cli
 from wino.bench import accuracy
 from wino.bench.candidates import needed_specs
 from wino.bench.host import HostDevice
-from wino.launch import default_stage_specs
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.runtime import dispatch, tuning
 from wino.runtime.plan import default_tile

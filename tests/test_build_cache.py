@@ -11,9 +11,9 @@ import shutil
 import pytest
 
 from wino import cache
-from wino.build import builder
-from wino.build.cache_writer import KernelBinary
-from wino.build.plan import plan
+from wino.builder import builder
+from wino.builder.cache_writer import KernelBinary
+from wino.builder.plan import plan
 from wino.grid import GRID_STAGES, aot_stage_specs
 from wino.vocab import Target
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from wino.build import tasks
-from wino.build.plan import plan
+from wino.builder import tasks
+from wino.builder.plan import plan
 from wino.grid import aot_stage_specs
 from wino.vocab import Target
 
@@ -39,6 +39,8 @@ stages:
       accdtype: [fp32]
       vec: [1, 4]
       block: [256]
+default_pick:
+  {k1: [vec: descending], k2a: [vec: descending], k2: [vec: descending], k4: [vec: descending]}
 exclude: []
 """
 TARGETS = """\

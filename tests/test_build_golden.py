@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from wino.build import golden
+from wino.builder import golden
 from wino.grid import GRID_STAGES, in_grid
 from wino.specs import RtInputSpec
 from wino.vocab import DType, K2Path, Prescale, Target

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from wino.build.golden import SHARD
-from wino.build.paths import source_path, write_if_changed
+from wino.builder.golden import SHARD
+from wino.builder.paths import source_path, write_if_changed
 from wino.codegen.render import render
 from wino.grid import aot_stage_specs
 from wino.vocab import Target

@@ -1,5 +1,5 @@
 """Spills: the default CUDA picks for the public layers must not spill (ptxas -v report), and
-wino.build.report lists the grid kernels that do (`wino grid --spills`)."""
+wino.builder.report lists the grid kernels that do (`wino grid --spills`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from wino import cache
-from wino.build import builder
-from wino.build.report import format_spill_report, spill_report
-from wino.launch import default_stage_specs
+from wino.builder import builder
+from wino.builder.report import format_spill_report, spill_report
+from wino.kinds import kind_of
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused
 from wino.specs import RtFilterSpec
@@ -21,8 +22,10 @@ PUBLIC = Path(__file__).resolve().parents[1] / "cases" / "public.txt"
 
 
 def _manifest(spills: dict[str, int | None]) -> cache.Manifest:
+    spec = RtFilterSpec()
+    abi = cache.KernelAbi.from_record(kind_of(spec).abi_record(spec))
     kernels = {
-        name: cache.CachedKernel(name, RtFilterSpec(), name, Path(name), "0" * 64, 64, value)
+        name: cache.CachedKernel(name, spec, name, Path(name), "0" * 64, 64, value, abi)
         for name, value in spills.items()
     }
     return cache.Manifest(Target.CUDA, "nvcc-13.0-sm_90", Path("."), {}, kernels)

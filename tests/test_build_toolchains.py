@@ -1,4 +1,4 @@
-"""wino.build.toolchains: identity, flavors, skip messages, HIP arch probes, compiler reports."""
+"""wino.builder.toolchains: identity, flavors, skip messages, HIP arch probes, compiler reports."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from wino.build import toolchains
-from wino.build.cache_writer import KernelBinary, binary_digest
-from wino.build.toolchains import Toolchain, family_version, parse_hip_resources, parse_ptxas
+from wino.builder import toolchains
+from wino.builder.cache_writer import KernelBinary, binary_digest
+from wino.builder.toolchains import Toolchain, family_version, parse_hip_resources, parse_ptxas
 from wino.vocab import Target
 
 FLAVOR = re.compile(r"^[A-Za-z0-9_.+-]+$")
@@ -68,11 +68,11 @@ def test_missing_compiler_skips_the_target_and_says_how_to_get_it(monkeypatch, t
     assert resolved.toolchains == ()
     (message,) = resolved.messages
     assert "wino-no-such-compiler-19" in message and f"target {target.value}" in message
-    assert toolchains.HOW_TO_GET[target] in message
+    assert toolchains.KITS[target].how_to_get in message
 
 
 def test_hip_how_to_names_the_debian_packages():
-    assert "apt-get install clang-19 lld-19" in toolchains.HOW_TO_GET[Target.HIP]
+    assert "apt-get install clang-19 lld-19" in toolchains.KITS[Target.HIP].how_to_get
 
 
 @pytest.mark.skipif(

@@ -1,4 +1,4 @@
-"""The wheel carries its cache: a small c cache is packed into a wheel (wino.build.wheel), the
+"""The wheel carries its cache: a small c cache is packed into a wheel (wino.builder.wheel), the
 wheel is installed into a fresh folder with ``pip install --no-deps --target``, and a fresh
 interpreter whose import path starts there, in a folder with no build/ and without
 $WINO_BUILD, runs ``wino.conv2d`` from the packaged cache within the float64 bound."""
@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests import host_cache
-from wino.build import wheel
-from wino.launch import FORMAT, default_stage_specs
+from wino.builder import wheel
+from wino.launch import FORMAT
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.runtime.plan import default_tile
 from wino.vocab import DType
@@ -62,6 +63,7 @@ def test_wheel_carries_the_manifest_its_binaries_and_the_declared_files(built):
     assert set(carried["kernels"]) == set(manifest.kernels)
     for kernel in manifest.kernels.values():
         assert f"{data}/bin/{kernel.path.name}" in names
+    assert f"{data}/wino_kernels.h" in names  # the cache's C header travels with it
     for declared in ("grids/stages.yaml", "grids/refusals.yaml", "schema/manifest.schema.json"):
         assert f"wino/packaged/{declared}" in names
     assert not any("__pycache__" in name for name in names)

@@ -176,7 +176,7 @@ def test_committed_support_matrix_is_current():
 
 
 def test_explain_marks_the_tile_dispatch_picks(capsys, monkeypatch, tmp_path):
-    from wino.launch import default_stage_specs
+    from wino.pick import default_stage_specs
     from wino.problem import Problem
     from wino.runtime import tuning
     from wino.vocab import Target, Tile

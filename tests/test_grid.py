@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from wino import config, grid
-from wino.launch import default_stage_specs, largest_split, stage_launch
+from wino.launch import largest_split, stage_launch
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused, check_problem, lds_bytes, rule_book, rules, spec_namespace
 from wino.specs import RtInputSpec

@@ -14,20 +14,17 @@ from dataclasses import replace
 
 import pytest
 
+from wino.kinds import BY_KIND, KINDS, Kind, kind_of
 from wino.launch import (
-    KERNARG_FIELDS,
-    KERNARG_MAGICS,
     TileGrid,
     batch_chunks,
-    default_stage_specs,
-    kernarg_kind,
-    kernarg_names,
     largest_split,
     stage_launch,
     workspace_bytes,
     workspace_layout,
 )
 from wino.magic import INDEX_LIMIT, magic_apply, magic_div
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused, check_spec
 from wino.specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec
@@ -158,7 +155,7 @@ def _expected(kind: str, problem: Problem, tg: TileGrid):
 
 def _writes(spec, problem, launch=None) -> Counter:
     launch = launch or stage_launch(spec, problem)
-    emulate = EMULATIONS[kernarg_kind(spec)]
+    emulate = EMULATIONS[kind_of(spec).kind.value]
     block = launch.block[0]
     counts: Counter = Counter()
     for bx, by, tid in _threads(launch):
@@ -168,7 +165,7 @@ def _writes(spec, problem, launch=None) -> Counter:
 
 def _assert_exactly_once(spec, problem, launch=None) -> None:
     counts = _writes(spec, problem, launch)
-    expected = set(_expected(kernarg_kind(spec), problem, TileGrid.of(problem, spec.tile)))
+    expected = set(_expected(kind_of(spec).kind.value, problem, TileGrid.of(problem, spec.tile)))
     twice = [e for e, n in counts.items() if n > 1]
     assert not twice, f"{spec.name} on {problem.label()}: written twice: {twice[:5]}"
     missing = expected - set(counts)
@@ -383,24 +380,28 @@ def test_kernargs_carry_every_extent_and_magic_pair(spec, tile):
         N=3, C=96, H=23, W=17, K=48, pad_h=2, pad_w=1, dil_h=2, dil_w=3, groups=4, dtype=spec.io
     )
     launch = stage_launch(spec, problem)
-    kind = kernarg_kind(spec)
+    kind = kind_of(spec).kind.value
     ka = launch.kernargs
-    assert tuple(ka) == kernarg_names(kind)
+    assert tuple(ka) == BY_KIND[Kind(kind)].kernarg_names
     ref = _reference_extents(spec, problem)
-    for name in KERNARG_FIELDS[kind]:
+    for name in BY_KIND[Kind(kind)].fields:
         assert ka[name] == ref[name], name
-    for name in KERNARG_MAGICS[kind]:
+    for name in BY_KIND[Kind(kind)].magics:
         assert (ka[f"m_{name}"], ka[f"s_{name}"]) == magic_div(ref[name]), name
     assert all(isinstance(v, int) and 0 <= v < 1 << 32 for v in ka.values())
 
 
 def test_kernarg_tables_are_consistent():
-    for kind, fields in KERNARG_FIELDS.items():
+    for entry in KINDS:
+        fields, kind = entry.fields, entry.kind
         assert len(set(fields)) == len(fields), kind
-        assert set(KERNARG_MAGICS[kind]) <= set(fields), f"{kind}: a divisor is not an argument"
-        names = kernarg_names(kind)
+        assert set(entry.magics) <= set(fields), f"{kind}: a divisor is not an argument"
+        names = entry.kernarg_names
         assert len(set(names)) == len(names) and names[: len(fields)] == fields
-    assert set(EMULATIONS) == set(KERNARG_FIELDS)
+        assert [c for c, _ in entry.kernargs] == [
+            "unsigned" if n.startswith(("m_", "s_")) else "int" for n in names
+        ]
+    assert set(EMULATIONS) == {k.value for k in Kind} == {k.kind.value for k in KINDS}
 
 
 @pytest.mark.parametrize(
@@ -420,7 +421,7 @@ def test_kernarg_tables_are_consistent():
 def test_grid_and_block(spec, kind, grid_x):
     """C = 32, K = 40 and 2 x 4 x 4 = 32 tiles of F4x4."""
     problem = Problem(N=2, C=32, H=14, W=14, K=40, pad_h=1, pad_w=1, dtype=spec.io)
-    assert kernarg_kind(spec) == kind
+    assert kind_of(spec).kind.value == kind
     launch = stage_launch(spec, problem)
     assert (launch.grid, launch.block, launch.shared_bytes) == ((grid_x, 1, 1), (64, 1, 1), 0)
 

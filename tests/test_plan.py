@@ -11,8 +11,9 @@ import pytest
 
 from tests import runtime_fixtures as rf
 from wino.grid import aot_stage_specs
-from wino.launch import KERNARG_MAGICS, default_stage_specs, kernarg_kind, kernarg_names
+from wino.kinds import BY_KIND, Kind, kind_of
 from wino.magic import magic_apply, magic_div
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused
 from wino.runtime import GemmStep, KernelStep, dispatch, tuning
@@ -49,18 +50,18 @@ def test_explicit_c_target_runs_on_the_host_backend(root):
 
 
 def test_default_target_is_c_without_a_gpu(root, monkeypatch):
-    from wino.runtime import backends
+    from wino.runtime import registry
 
     case = rf.EXTRA[2]
-    monkeypatch.setattr(backends, "cuda_available", lambda: False)
+    monkeypatch.setattr(registry, "cuda_available", lambda: False)
     assert dispatch(case.problem, cache_root=root).target is Target.C
-    monkeypatch.setattr(backends, "cuda_available", lambda: True)
+    monkeypatch.setattr(registry, "cuda_available", lambda: True)
     with pytest.raises(FileNotFoundError, match="doit compile:cuda"):  # no cuda cache here
         dispatch(case.problem, cache_root=root)
 
 
 def test_this_machine_defaults_to_c(root):
-    from wino.runtime.backends import cuda_available
+    from wino.runtime.registry import cuda_available
 
     if cuda_available():
         pytest.skip("this machine has CuPy and a GPU: the default target is cuda")
@@ -115,8 +116,8 @@ def test_kernargs_extents_and_magic_pairs(root, case):
             continue
         spec = plan.specs[step.stage]
         args = step.launch.kernargs
-        kind = kernarg_kind(spec)
-        assert list(args) == list(kernarg_names(kind))
+        kind = kind_of(spec).kind.value
+        assert list(args) == list(BY_KIND[Kind(kind)].kernarg_names)
         assert step.launch.block == (spec.block, 1, 1)
         if "P" in args:
             assert args["P"] == P
@@ -126,7 +127,7 @@ def test_kernargs_extents_and_magic_pairs(root, case):
         channels = {Stage.FILTER: p.Cg, Stage.OUTPUT: p.K}.get(step.stage, p.C)
         if "lanes" in args:
             assert args["lanes"] == channels // spec.vec
-        for divisor in KERNARG_MAGICS[kind]:
+        for divisor in BY_KIND[Kind(kind)].magics:
             pair = (args[f"m_{divisor}"], args[f"s_{divisor}"])
             assert pair == magic_div(args[divisor])
             for n in (0, 1, args[divisor] - 1, args[divisor], 12345, 2**31 - 1):

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from wino.grid import aot_stage_specs
-from wino.launch import default_stage_specs
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.runtime import conv2d_reference, dispatch, relative_error
-from wino.runtime.backends import cuda_available
 from wino.runtime.plan import default_tile
+from wino.runtime.registry import cuda_available
 from wino.specs import RtInputSpec
 from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Tile
 

@@ -5,8 +5,9 @@ and no GPU. The runtime (``dispatch``, ``conv2d``) is imported lazily from ``win
 """
 
 from .grid import aot_stage_specs, refused_stage_specs
-from .launch import FORMAT, Launch, batch_chunks, default_stage_specs, stage_launch
+from .launch import FORMAT, Launch, batch_chunks, stage_launch
 from .magic import magic_div
+from .pick import default_stage_specs
 from .problem import Problem
 from .refusals import Refused
 from .specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec, kernel_name

@@ -10,11 +10,18 @@ else ./build, the checkout's build/ and the cache packaged in an installed wheel
 
 Manifest (schema/manifest.schema.json)::
 
-  {"format": 1, "target": "c", "flavor": "...", "toolchain": {"compiler": ..., "version": ...,
+  {"format": 2, "target": "c", "flavor": "...", "toolchain": {"compiler": ..., "version": ...,
    "flags": [...], "arch": ...},
    "kernels": {"<kernel name>": {"stage": "k2", "spec": {<spec fields>}, "symbol": "<name>",
                "binary": "bin/<name>-<hash>.so", "sha256": "<hex>", "source_sha256": "<hex>",
-               "registers": null | int, "spills": null | int, "extra": {...}}}}
+               "registers": null | int, "spills": null | int, "extra": {...},
+               "abi": {"kind": "k2_fused", "kernargs": [{"ctype": "int", "name": "P"}, ...],
+                       "buffers": [{"ctype": "const unsigned short*", "name": "x", ...}, ...]}}}}
+
+The ``abi`` record (wino.kinds) is the kernel's calling convention: the kernarg struct's fields
+in order (all 32-bit, passed by value on the GPU, by pointer on the host) and the buffer
+parameters after it. The runtime binds by it; ``wino_kernels.h`` beside the manifest says the
+same in C.
 """
 
 from __future__ import annotations
@@ -109,23 +116,59 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
-    """Validate, then publish atomically: temp file in the same folder, fsync, rename."""
-    config.validate(manifest, "manifest", str(directory / MANIFEST))
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".manifest-", suffix=".json", dir=directory)
+def atomic_write(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically: a temp file in the same folder, fsync, rename
+    (a reader sees the old file or the new one, never a part)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
     try:
         chmod_as_open(fd)  # readable by whoever may read the cache (and in a wheel), not 0600
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(manifest, handle, indent=1, sort_keys=True)
-            handle.write("\n")
+            handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, directory / MANIFEST)
+        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return directory / MANIFEST
+    return path
+
+
+def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
+    """Validate, then publish atomically."""
+    config.validate(manifest, "manifest", str(directory / MANIFEST))
+    return atomic_write(directory / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+@dataclass(frozen=True)
+class KernelAbi:
+    """A kernel's calling convention as the manifest records it: (C type, name) per kernarg
+    field and per buffer parameter, in order."""
+
+    kind: str
+    kernargs: tuple[tuple[str, str], ...]
+    buffers: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> KernelAbi:
+        def pairs(key: str) -> tuple[tuple[str, str], ...]:
+            return tuple((item["ctype"], item["name"]) for item in record[key])
+
+        return cls(record["kind"], pairs("kernargs"), pairs("buffers"))
+
+    @property
+    def buffer_names(self) -> tuple[str, ...]:
+        return tuple(name for _, name in self.buffers)
+
+    def pack(self, kernargs: dict[str, int]) -> list[int]:
+        """The kernarg values in ABI order (a KeyError names a field the plan lacks)."""
+        try:
+            return [kernargs[name] for _, name in self.kernargs]
+        except KeyError as err:
+            raise KeyError(
+                f"kernarg {err} of the {self.kind} ABI is not in the launch: the cache was "
+                "built by another wino version; rebuild it with `doit compile`"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -137,6 +180,7 @@ class CachedKernel:
     sha256: str
     registers: int | None
     spills: int | None
+    abi: KernelAbi
 
 
 @dataclass(frozen=True)
@@ -189,6 +233,7 @@ def read_manifest(path: Path, source: CacheSource | None = None) -> Manifest:
             entry["sha256"],
             entry.get("registers"),
             entry.get("spills"),
+            KernelAbi.from_record(entry["abi"]),
         )
     target, flavor = Target(data["target"]), data["flavor"]
     return Manifest(target, flavor, directory, data["toolchain"], kernels, source)

@@ -16,7 +16,7 @@ import yaml
 #: The package folder (wino/).
 PACKAGE = Path(__file__).resolve().parent
 #: What an installed wheel carries beside the code: grids/, schema/, templates/ and the built
-#: caches under build/cache/ (staged by ``doit wheel``, see wino.build.wheel).
+#: caches under build/cache/ (staged by ``doit wheel``, see wino.builder.wheel).
 PACKAGED = PACKAGE / "packaged"
 
 

@@ -17,7 +17,7 @@ from .specs import SPEC_CLASSES, StageSpec, spec_from_fields
 from .vocab import Stage
 
 GRID_STAGES = (Stage.FILTER, Stage.PRESCALE, Stage.INPUT, Stage.OUTPUT)
-_NOT_AXES = {"name", "description", "combos"}
+_NOT_AXES = {"name", "description", "combos", "axes"}
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class RefusedSpec:
 
 def _points(subgrid: dict[str, Any]):
     axes = {k: v for k, v in subgrid.items() if k not in _NOT_AXES}
+    axes.update(subgrid.get("axes", {}))  # values of YAML-declared axes (wino.axes)
     combos = subgrid.get("combos", [{}])
     keys = list(axes)
     for combo in combos:

@@ -15,9 +15,10 @@ from functools import cache, lru_cache
 from typing import Any
 
 from . import config
+from .geometry import ceil_div, elems_one_image, lds_bytes
 from .problem import Problem
 from .specs import RtInputSpec, StageSpec
-from .vocab import TILES, K2Path, Tile
+from .vocab import TILES, Tile
 
 
 class Refused(Exception):
@@ -34,11 +35,7 @@ def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-HELPERS = {"is_pow2": _is_pow2, "ceil_div": _ceil_div, "max": max, "min": min, "abs": abs}
+HELPERS = {"is_pow2": _is_pow2, "ceil_div": ceil_div, "max": max, "min": min, "abs": abs}
 _ALLOWED_NODES = (
     ast.Expression,
     ast.BoolOp,
@@ -151,14 +148,6 @@ def rules(scope: str, stage: str | None = None) -> list[Rule]:
 
 
 # Namespaces ------------------------------------------------------------------------------------
-def lds_bytes(spec: RtInputSpec) -> int:
-    """Shared memory of the LDS-region path: ah rows x (width*mw + 2) cols x lanes*vec fp32."""
-    if spec.path is not K2Path.LDS:
-        return 0
-    cols = spec.lds_width * spec.tile.mw + 2
-    return spec.tile.ah * cols * spec.lds_lanes * spec.vec * 4
-
-
 def spec_namespace(spec: StageSpec) -> dict[str, Any]:
     params, _ = rule_book()
     ns = dict(params)
@@ -170,26 +159,6 @@ def spec_namespace(spec: StageSpec) -> dict[str, Any]:
     if isinstance(spec, RtInputSpec):
         ns["lds_bytes"] = lds_bytes(spec)
     return ns
-
-
-def elems_one_image(problem: Problem, tile: Tile) -> int:
-    """The largest buffer one image needs (x, y, V, M, or U which no batch split shrinks),
-    in elements."""
-    p1 = tiles_per_image(problem, tile)
-    return max(
-        problem.H * problem.W * problem.C,
-        problem.Ho * problem.Wo * problem.K,
-        tile.bins * p1 * problem.C,
-        tile.bins * p1 * problem.K,
-        tile.bins * problem.K * problem.Cg,
-    )
-
-
-def tiles_per_image(problem: Problem, tile: Tile) -> int:
-    """Tiles of one image: dil_h phases x ceil(ceil(Ho/dil_h)/mh) rows, likewise columns."""
-    th = problem.dil_h * _ceil_div(_ceil_div(problem.Ho, problem.dil_h), tile.mh)
-    tw = problem.dil_w * _ceil_div(_ceil_div(problem.Wo, problem.dil_w), tile.mw)
-    return th * tw
 
 
 def problem_namespace(problem: Problem, tile: Tile | None = None) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+from . import axes
 from .vocab import VECS, DType, K2Path, Prescale, Stage, Tile
 
 _COERCE = {"Tile": Tile.parse, "DType": DType.parse, "K2Path": K2Path, "Prescale": Prescale}
@@ -24,9 +25,12 @@ class _Spec:
     """Shared behaviour of the stage specs (field coercion, checks, naming, dict views)."""
 
     stage: ClassVar[Stage]
+    name_format: ClassVar[str]  # the name grammar: fields (short forms) in a fixed order
 
     def __post_init__(self) -> None:
         for f in fields(self):  # type: ignore[arg-type]
+            if f.name == "extra":
+                continue
             value = getattr(self, f.name)
             if f.type in _COERCE and isinstance(value, str):
                 try:
@@ -47,6 +51,36 @@ class _Spec:
                 )
         if getattr(self, "vec", 1) not in VECS:
             raise ValueError(f"{type(self).__name__}.vec: expected one of {VECS}, got {self.vec}")
+        object.__setattr__(self, "extra", self._checked_extra())
+
+    def _checked_extra(self) -> tuple[tuple[str, int], ...]:
+        """The YAML-declared axis values: known names, checked types, defaults dropped, in
+        declaration order (so equal specs compare, hash and name equal)."""
+        declared = axes.of_stage(self.stage.short)
+        given = dict(self.extra)
+        unknown = set(given) - set(declared)
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__}: unknown axis(es) {sorted(unknown)}; declared for "
+                f"{self.stage.short}: {sorted(declared)} (grids/stages.yaml axes)"
+            )
+        owner = type(self).__name__
+        return tuple(
+            (name, axis.check(owner, given[name]))
+            for name, axis in declared.items()
+            if name in given and given[name] != axis.default
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        """A declared axis's value (its default when the spec does not set it)."""
+        axis = None if name.startswith("__") else axes.of_stage(self.stage.short).get(name)
+        if axis is None:
+            raise AttributeError(f"{type(self).__name__} has no field or axis {name!r}")
+        return dict(self.extra).get(name, axis.default)
+
+    def axis_values(self) -> list[tuple[str, str, int]]:
+        """(C type, name, value) of every declared axis of the stage (defaults included)."""
+        return [(a.ctype, n, getattr(self, n)) for n, a in axes.of_stage(self.stage.short).items()]
 
     @property
     def name(self) -> str:
@@ -58,6 +92,8 @@ class _Spec:
         for f in fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
             out[f.name] = value.name if isinstance(value, Tile) else getattr(value, "value", value)
+        del out["extra"]
+        out.update(self.extra)  # declared axes, non-default values only
         return out
 
     def replace(self, **changes: Any):
@@ -70,12 +106,14 @@ class RtFilterSpec(_Spec):
     A workgroup of ``block`` threads transforms ``rows`` filter rows (output channels)."""
 
     stage: ClassVar[Stage] = Stage.FILTER
+    name_format: ClassVar[str] = "{stage}_{tile}_i{io}_x{xdtype}_v{vec}_b{block}_r{rows}"
     tile: Tile = Tile(4, 4)
     io: DType = DType.FP16
     xdtype: DType = DType.FP16
     vec: int = 1
     block: int = 256
     rows: int = 1
+    extra: tuple[tuple[str, int], ...] = ()  # YAML-declared axes (wino.axes)
 
 
 @dataclass(frozen=True)
@@ -84,10 +122,12 @@ class RtPrescaleSpec(_Spec):
     input window and all C channels (split prescale)."""
 
     stage: ClassVar[Stage] = Stage.PRESCALE
+    name_format: ClassVar[str] = "{stage}_{tile}_i{io}_v{vec}_b{block}"
     tile: Tile = Tile(4, 4)
     io: DType = DType.FP16
     vec: int = 1
     block: int = 256
+    extra: tuple[tuple[str, int], ...] = ()  # YAML-declared axes (wino.axes)
 
 
 @dataclass(frozen=True)
@@ -96,6 +136,9 @@ class RtInputSpec(_Spec):
     lanes x lds_width tiles per workgroup); ``prescale`` none, fused or split."""
 
     stage: ClassVar[Stage] = Stage.INPUT
+    name_format: ClassVar[str] = (
+        "{stage}_{tile}_i{io}_x{xdtype}_v{vec}_b{block}_{path_tag}_p{prescale}"
+    )
     tile: Tile = Tile(4, 4)
     io: DType = DType.FP16
     xdtype: DType = DType.FP16
@@ -105,6 +148,14 @@ class RtInputSpec(_Spec):
     lds_lanes: int = 0
     lds_width: int = 0
     prescale: Prescale = Prescale.FUSED
+    extra: tuple[tuple[str, int], ...] = ()  # YAML-declared axes (wino.axes)
+
+    @property
+    def path_tag(self) -> str:
+        """reg, or lds<lanes>w<width> (reg with LDS knobs set: refused, but named distinctly)."""
+        if self.path is K2Path.REGISTER and self.lds_lanes == self.lds_width == 0:
+            return "reg"
+        return f"{self.path.short}{self.lds_lanes}w{self.lds_width}"
 
 
 @dataclass(frozen=True)
@@ -112,11 +163,13 @@ class RtOutputSpec(_Spec):
     """K4: y = At M A / (s_p * s_k), written masked to NHWK."""
 
     stage: ClassVar[Stage] = Stage.OUTPUT
+    name_format: ClassVar[str] = "{stage}_{tile}_i{io}_a{accdtype}_v{vec}_b{block}"
     tile: Tile = Tile(4, 4)
     io: DType = DType.FP16
     accdtype: DType = DType.FP32
     vec: int = 1
     block: int = 256
+    extra: tuple[tuple[str, int], ...] = ()  # YAML-declared axes (wino.axes)
 
 
 SPEC_CLASSES: dict[Stage, type] = {
@@ -128,34 +181,30 @@ SPEC_CLASSES: dict[Stage, type] = {
 StageSpec = RtFilterSpec | RtPrescaleSpec | RtInputSpec | RtOutputSpec
 
 
+def _short(value: Any) -> str:
+    return value.name.lower() if isinstance(value, Tile) else str(getattr(value, "short", value))
+
+
 def kernel_name(spec: StageSpec) -> str:
-    """The one naming function: stage, tile, dtypes, vec, block, then stage-specific knobs."""
-    s = spec
-    head = f"{s.stage.short}_{s.tile.name.lower()}_i{s.io.short}"
-    if isinstance(s, RtFilterSpec):
-        return f"{head}_x{s.xdtype.short}_v{s.vec}_b{s.block}_r{s.rows}"
-    if isinstance(s, RtPrescaleSpec):
-        return f"{head}_v{s.vec}_b{s.block}"
-    if isinstance(s, RtInputSpec):
-        knobs = f"{s.lds_lanes}w{s.lds_width}"
-        if s.path is K2Path.REGISTER:  # knobs only when set (refused there, but kept distinct)
-            path = "reg" if s.lds_lanes == s.lds_width == 0 else f"reg{knobs}"
-        else:
-            path = f"lds{knobs}"
-        return f"{head}_x{s.xdtype.short}_v{s.vec}_b{s.block}_{path}_p{s.prescale.short}"
-    if isinstance(s, RtOutputSpec):
-        return f"{head}_a{s.accdtype.short}_v{s.vec}_b{s.block}"
-    raise TypeError(f"kernel_name: not a stage spec: {spec!r}")
+    """The one naming function: the spec class's ``name_format`` over its fields' short forms."""
+    values = {f.name: _short(getattr(spec, f.name)) for f in fields(spec)}  # type: ignore[arg-type]
+    path_tag = getattr(spec, "path_tag", "")
+    name = spec.name_format.format(stage=spec.stage.short, path_tag=path_tag, **values)
+    declared = axes.of_stage(spec.stage.short)
+    return name + "".join(f"_{declared[n].suffix.format(v)}" for n, v in spec.extra)
 
 
 def spec_from_fields(stage: Stage | str, values: dict[str, Any]) -> StageSpec:
     """Build a stage's spec from plain values (a grid point or a manifest entry)."""
     stage = Stage(stage) if isinstance(stage, str) else stage
     cls = SPEC_CLASSES[stage]
-    known = {f.name for f in fields(cls)}
-    unknown = set(values) - known
+    known = {f.name for f in fields(cls)} - {"extra"}
+    declared = axes.of_stage(stage.short)
+    unknown = set(values) - known - set(declared)
     if unknown:
         raise ValueError(
             f"{cls.__name__}: unknown field(s) {sorted(unknown)}; known: {sorted(known)}"
+            + (f", declared axes: {sorted(declared)}" if declared else "")
         )
-    return cls(**values)
+    extra = tuple((n, values[n]) for n in declared if n in values)
+    return cls(**{k: v for k, v in values.items() if k in known}, extra=extra)

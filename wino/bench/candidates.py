@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..grid import aot_stage_specs
-from ..launch import batch_chunks, default_stage_specs, default_xdtype, largest_split, stage_launch
+from ..launch import batch_chunks, largest_split, stage_launch
+from ..pick import default_stage_specs, default_xdtype
 from ..problem import Problem
 from ..refusals import Refused
 from ..specs import StageSpec

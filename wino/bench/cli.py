@@ -217,7 +217,7 @@ def _tiles(values):
 
 
 def _target(name: str | None):
-    from ..runtime.backends import cuda_available
+    from ..runtime.registry import cuda_available
     from ..vocab import Target
 
     if name is not None:

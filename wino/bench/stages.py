@@ -36,7 +36,7 @@ def issuers(plan: Plan, backend, x, w, y, workspace) -> dict[Stage, Callable[[],
     U, fs = first["U"], first["fs"]
     k1 = next(s for s in plan.steps if s.stage is Stage.FILTER)
     out: dict[Stage, Callable[[], None]] = {
-        Stage.FILTER: lambda: backend.launch(plan, k1, w, U, fs)
+        Stage.FILTER: lambda: backend.launch(plan, k1, {"w": w, "U": U, "fs": fs})
     }
     present = {step.stage for step in plan.steps}
     for stage in (Stage.PRESCALE, Stage.INPUT, Stage.GEMM, Stage.OUTPUT):

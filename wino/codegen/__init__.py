@@ -1,2 +1,2 @@
 """Code generation: stage specs -> kernel sources per target (Jinja2 templates + one renderer
-class per target). Imports no compiler; the build (wino.build) compiles what this renders."""
+class per target). Imports no compiler; the build (wino.builder) compiles what this renders."""

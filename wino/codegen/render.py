@@ -12,20 +12,15 @@ from pathlib import Path
 import jinja2
 
 from ..config import ROOT
-from ..launch import kernarg_kind, kernarg_names, stage_launch
+from ..kinds import kind_of
+from ..launch import stage_launch
 from ..problem import Problem
-from ..specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec, StageSpec
-from ..vocab import DType, Target
+from ..specs import StageSpec
+from ..vocab import K2Path, Prescale, Target
 from .renderers import RENDERERS
 from .transforms import apply_2d, tile_matrices
 
 TEMPLATES = ROOT / "templates"
-TEMPLATE_OF = {
-    RtFilterSpec: "k1_filter.j2",
-    RtPrescaleSpec: "k2a_prescale.j2",
-    RtInputSpec: "k2_input.j2",
-    RtOutputSpec: "k4_output.j2",
-}
 
 
 @lru_cache(maxsize=1)
@@ -42,23 +37,6 @@ def template_files() -> list[Path]:
     """Every file rendering depends on (templates and this package's codegen modules)."""
     here = Path(__file__).resolve().parent
     return sorted(TEMPLATES.glob("*.j2")) + sorted(here.glob("*.py"))
-
-
-def buffer_params(spec: StageSpec) -> list[tuple[str, str]]:
-    """The kernel's buffer parameters (C type, name), after the kernarg struct."""
-    raw = DType.c_storage.fget
-    if isinstance(spec, RtFilterSpec):
-        return [(f"const {raw(spec.io)}*", "w"), (f"{raw(spec.xdtype)}*", "U"), ("float*", "fs")]
-    if isinstance(spec, RtPrescaleSpec):
-        return [(f"const {raw(spec.io)}*", "x"), ("float*", "ts")]
-    if isinstance(spec, RtInputSpec):
-        return [(f"const {raw(spec.io)}*", "x"), (f"{raw(spec.xdtype)}*", "V"), ("float*", "ts")]
-    return [
-        (f"const {raw(spec.accdtype)}*", "M"),
-        ("const float*", "fs"),
-        ("const float*", "ts"),
-        (f"{raw(spec.io)}*", "y"),
-    ]
 
 
 def _transform_lines(spec: StageSpec) -> dict[str, list[str]]:
@@ -84,14 +62,18 @@ def render(spec: StageSpec, target: Target | str, baked: Problem | None = None) 
     compiled in as constants (the per-problem JIT route); the signature stays the same."""
     target = Target(target) if isinstance(target, str) else target
     kernargs = stage_launch(spec, baked).kernargs if baked is not None else None
+    kind = kind_of(spec)
     renderer = RENDERERS[target](baked=kernargs)
     tile = spec.tile
     context = dict(
         spec=spec,
         r=renderer,
         name=baked_symbol(spec) if baked else spec.name,
-        kernarg_fields=kernarg_names(kernarg_kind(spec)),
-        params=buffer_params(spec),
+        kernargs=kind.kernargs,
+        params=kind.params(spec),
+        axis_constants=spec.axis_values(),
+        K2Path=K2Path,
+        Prescale=Prescale,
         tile=tile.name,
         mh=tile.mh,
         mw=tile.mw,
@@ -105,5 +87,5 @@ def render(spec: StageSpec, target: Target | str, baked: Problem | None = None) 
         accdtype=getattr(spec, "accdtype", None),
         **_transform_lines(spec),
     )
-    text = environment().get_template(TEMPLATE_OF[type(spec)]).render(context)
+    text = environment().get_template(kind.template).render(context)
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"

@@ -11,6 +11,7 @@ Subclasses only supply strings; the base class holds the logic.
 
 from __future__ import annotations
 
+from ..kinds import kernarg_ctype
 from ..vocab import DType, Target
 
 
@@ -25,6 +26,8 @@ class Renderer:
     unroll = ""  # pragma before fixed-count loops
     shared_qualifier = ""
     barrier_call = ""
+    kernel_head = ""  # GPU: the qualifiers before a kernel's name ({block}: the block size)
+    thread_ids = ""  # GPU: bx, by and tid from the target's builtins
 
     def __init__(self, baked: dict[str, int] | None = None):
         self.baked = baked  # a problem's kernargs baked in as constants (the JIT route)
@@ -69,7 +72,8 @@ class Renderer:
         if self.baked is None:
             return self.args_source()
         values = ", ".join(
-            f"{int(v)}" + ("u" if k.startswith(("m_", "s_")) else "") for k, v in self.baked.items()
+            f"{int(v)}" + ("u" if kernarg_ctype(k) == "unsigned" else "")
+            for k, v in self.baked.items()
         )
         return "{" + values + "}"
 
@@ -77,7 +81,16 @@ class Renderer:
         return "A_in"
 
     def kernel_begin(self, name: str, params: list[tuple[str, str]], block: int) -> str:
-        raise NotImplementedError
+        """A GPU kernel's head: the struct by value, then the buffers; the thread ids."""
+        self.block = block
+        sig = ", ".join(f"{ctype} {self.restrict} {n}" for ctype, n in params)
+        head = self.kernel_head.format(block=block)
+        return (
+            f"{head}{name}(const struct wino_args A_in, {sig})\n{{\n"
+            f"  const struct wino_args A = {self.args_init()};\n"
+            f"  const unsigned {self.thread_ids};\n"
+            "  (void)A; (void)bx; (void)by; (void)tid;"
+        )
 
     def shared(self, ctype: str, name: str, count: int) -> str:
         return f"{self.shared_qualifier}{ctype} {name}[{count}];"
@@ -172,6 +185,8 @@ class CudaRenderer(Renderer):
     unroll = "#pragma unroll"
     shared_qualifier = "__shared__ "
     barrier_call = "__syncthreads();"
+    kernel_head = 'extern "C" __global__ void __launch_bounds__({block})\n'
+    thread_ids = "bx = blockIdx.x, by = blockIdx.y, tid = threadIdx.x"
 
     def umulhi(self, a: str, b: str) -> str:
         return f"__umulhi({a}, {b})"
@@ -191,17 +206,6 @@ class CudaRenderer(Renderer):
     def prelude(self) -> str:
         return "#include <cuda_fp16.h>\n"
 
-    def kernel_begin(self, name: str, params: list[tuple[str, str]], block: int) -> str:
-        self.block = block
-        sig = ", ".join(f"{ctype} {self.restrict} {n}" for ctype, n in params)
-        return (
-            f'extern "C" __global__ void __launch_bounds__({block})\n'
-            f"{name}(const struct wino_args A_in, {sig})\n{{\n"
-            f"  const struct wino_args A = {self.args_init()};\n"
-            "  const unsigned bx = blockIdx.x, by = blockIdx.y, tid = threadIdx.x;\n"
-            "  (void)A; (void)bx; (void)by; (void)tid;"
-        )
-
 
 class HipRenderer(Renderer):
     """HIP for clang's device-only mode without ROCm headers (-nogpulib -nogpuinc)."""
@@ -216,19 +220,14 @@ class HipRenderer(Renderer):
         "__builtin_amdgcn_s_barrier(); "
         '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");'
     )
-
-    def kernel_begin(self, name: str, params: list[tuple[str, str]], block: int) -> str:
-        self.block = block
-        sig = ", ".join(f"{ctype} {self.restrict} {n}" for ctype, n in params)
-        return (
-            f'extern "C" __attribute__((global)) '
-            f"__attribute__((amdgpu_flat_work_group_size(1, {block})))\n"
-            f"void {name}(const struct wino_args A_in, {sig})\n{{\n"
-            f"  const struct wino_args A = {self.args_init()};\n"
-            "  const unsigned bx = __builtin_amdgcn_workgroup_id_x(), "
-            "by = __builtin_amdgcn_workgroup_id_y(), tid = __builtin_amdgcn_workitem_id_x();\n"
-            "  (void)A; (void)bx; (void)by; (void)tid;"
-        )
+    kernel_head = (
+        'extern "C" __attribute__((global)) '
+        "__attribute__((amdgpu_flat_work_group_size(1, {block})))\nvoid "
+    )
+    thread_ids = (
+        "bx = __builtin_amdgcn_workgroup_id_x(), by = __builtin_amdgcn_workgroup_id_y(), "
+        "tid = __builtin_amdgcn_workitem_id_x()"
+    )
 
 
 RENDERERS: dict[Target, type[Renderer]] = {

@@ -8,36 +8,13 @@ import functools
 from typing import Any
 
 from .. import cache
-from ..vocab import DType, Stage, Target
-
-
-@functools.lru_cache(maxsize=1)
-def cuda_available() -> bool:
-    """CuPy importable and at least one CUDA device present."""
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 - any import or driver failure means no CUDA here
-        return False
-
-
-def backend_for(target: Target, manifest: cache.Manifest):
-    if target is Target.C:
-        from .host import HostBackend
-
-        return HostBackend(manifest)
-    if target is Target.CUDA:
-        from .cuda import CudaBackend
-
-        return CudaBackend(manifest)
-    raise ValueError(f"target {target.value} has no runtime backend here (HIP is compile-only)")
+from ..vocab import DType, Stage
+from .arrays import dtype_of
+from .plan import GemmStep, plan_layout
 
 
 def check_operands(plan, x, w) -> None:
     """Shapes and dtypes of x (NHWC) and w (KRSC) against the plan's problem (None: skip)."""
-    from .arrays import dtype_of
-
     p = plan.problem
     want_x, want_w = (p.N, p.H, p.W, p.C), (p.K, p.R, p.S, p.Cg)
     if x is not None and tuple(x.shape) != want_x:
@@ -95,7 +72,9 @@ class Backend:
         """Whether ``array`` is this backend's array of that shape and dtype."""
         raise NotImplementedError
 
-    def launch(self, plan, step, *buffers) -> None:
+    def launch(self, plan, step, buffers: dict[str, Any]) -> None:
+        """Launch one kernel step; ``buffers`` maps parameter names (x, w, y, U, fs, V, ts, M)
+        to arrays, bound in the order of the kernel's ABI record (a missing one: null)."""
         raise NotImplementedError
 
     def gemm(self, step, V, U, M, images: int) -> None:
@@ -121,8 +100,6 @@ class Backend:
 
     def workspace(self, plan, workspace, images: int) -> dict[str, Any]:
         """Typed views of the workspace buffers for a chunk of ``images`` images."""
-        from .plan import plan_layout
-
         raw = self.raw_workspace(plan, workspace)
         layout = plan_layout(plan.problem, plan.tile, plan.specs, images)
         return {
@@ -138,7 +115,7 @@ class Backend:
         if workspace is None:
             U, fs = U.copy(), fs.copy()
         k1 = next(s for s in plan.steps if s.stage is Stage.FILTER)
-        self.launch(plan, k1, self.operand(w, plan.problem.dtype), U, fs)
+        self.launch(plan, k1, {"w": self.operand(w, plan.problem.dtype), "U": U, "fs": fs})
         return U, fs
 
     def run(self, plan, x, w, y, workspace, U):
@@ -164,20 +141,14 @@ class Backend:
 
     def chunk_launches(self, plan, images: int, xs, ys, views, u, fs):
         """(stage, a callable issuing it) per step of one batch chunk, in pipeline order."""
-        from .plan import GemmStep
-
-        ts = views.get("ts")
+        named = {**views, "x": xs, "y": ys, "U": u, "fs": fs}
         out = []
         for step in plan.chunk_steps[images]:
             if isinstance(step, GemmStep):
                 args = (self.gemm, step, views["V"], u, views["M"], images)
-            elif step.stage is Stage.PRESCALE:
-                args = (self.launch, plan, step, xs, ts)
-            elif step.stage is Stage.INPUT:
-                args = (self.launch, plan, step, xs, views["V"], ts)
-            elif step.stage is Stage.OUTPUT:
-                args = (self.launch, plan, step, views["M"], fs, ts, ys)
-            else:
+            elif step.stage is Stage.FILTER:
                 continue  # K1 runs once per filter, not per chunk
+            else:
+                args = (self.launch, plan, step, named)
             out.append((step.stage, functools.partial(*args)))
         return out

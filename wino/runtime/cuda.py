@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from .. import cache
-from ..launch import kernarg_kind, kernarg_names
 from ..vocab import DType
 from .arrays import dtype_of, is_torch
 from .backends import Backend
@@ -25,12 +24,14 @@ _CUDA_TYPE = {DType.FP32: CUDA_R_32F, DType.FP16: CUDA_R_16F, DType.BF16: CUDA_R
 _RAW = {2: np.uint16, 4: np.float32}
 
 
+_NP_TYPES = {"int": np.int32, "unsigned": np.uint32}
+
+
 @functools.cache
-def args_dtype(kind: str) -> np.dtype:
-    """The kernarg struct as a numpy structured dtype (passed by value to the kernel)."""
-    return np.dtype(
-        [(n, np.uint32 if n.startswith(("m_", "s_")) else np.int32) for n in kernarg_names(kind)]
-    )
+def args_dtype(abi: cache.KernelAbi) -> np.dtype:
+    """The kernarg struct of a kernel's ABI record as a numpy structured dtype (passed by value
+    to the kernel)."""
+    return np.dtype([(name, _NP_TYPES[ctype]) for ctype, name in abi.kernargs])
 
 
 def device_view(array: Any, dtype: DType):
@@ -76,10 +77,11 @@ class CudaBackend(Backend):
             self._functions[name] = module.get_function(entry.symbol)
         return self._functions[name]
 
-    def launch(self, plan: Plan, step: KernelStep, *buffers) -> None:
-        spec = plan.specs[step.stage]
-        args = np.array(tuple(step.launch.kernargs.values()), dtype=args_dtype(kernarg_kind(spec)))
-        pointers = [b if b is not None else self._dummy for b in buffers]
+    def launch(self, plan: Plan, step: KernelStep, buffers: dict[str, Any]) -> None:
+        abi = self.manifest.kernel(step.name).abi
+        args = np.array(tuple(abi.pack(step.launch.kernargs)), dtype=args_dtype(abi))
+        arrays = [buffers.get(name) for name in abi.buffer_names]
+        pointers = [self._dummy if b is None else b for b in arrays]
         self.function(step.name)(step.launch.grid, step.launch.block, (args[()], *pointers))
 
     # Array primitives --------------------------------------------------------------------------

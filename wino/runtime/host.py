@@ -8,7 +8,6 @@ import functools
 import numpy as np
 
 from .. import cache
-from ..launch import kernarg_kind, kernarg_names
 from ..vocab import DType
 from .arrays import numpy_dtype
 from .backends import Backend
@@ -46,14 +45,14 @@ def _writable(label: str, array, shape: tuple[int, ...], dtype: np.dtype) -> np.
     return array
 
 
+_CTYPES = {"int": ctypes.c_int, "unsigned": ctypes.c_uint}
+
+
 @functools.cache
-def args_struct(kind: str) -> type[ctypes.Structure]:
-    """The kernarg struct of a stage kind (field order: wino.launch.KERNARG_FIELDS)."""
-    fields = [
-        (n, ctypes.c_uint if n.startswith(("m_", "s_")) else ctypes.c_int)
-        for n in kernarg_names(kind)
-    ]
-    return type(f"Args_{kind}", (ctypes.Structure,), {"_fields_": fields})
+def args_struct(abi: cache.KernelAbi) -> type[ctypes.Structure]:
+    """The kernarg struct of a kernel's ABI record (wino.cache.KernelAbi)."""
+    fields = [(name, _CTYPES[ctype]) for ctype, name in abi.kernargs]
+    return type(f"Args_{abi.kind}", (ctypes.Structure,), {"_fields_": fields})
 
 
 class HostBackend(Backend):
@@ -68,10 +67,11 @@ class HostBackend(Backend):
             self._functions[name] = getattr(library, entry.symbol)
         return self._functions[name]
 
-    def launch(self, plan: Plan, step: KernelStep, *buffers: np.ndarray | None) -> None:
-        spec = plan.specs[step.stage]
-        args = args_struct(kernarg_kind(spec))(*step.launch.kernargs.values())
-        pointers = [ctypes.c_void_p(b.ctypes.data if b is not None else 0) for b in buffers]
+    def launch(self, plan: Plan, step: KernelStep, buffers: dict[str, np.ndarray]) -> None:
+        abi = self.manifest.kernel(step.name).abi
+        args = args_struct(abi)(*abi.pack(step.launch.kernargs))
+        arrays = [buffers.get(name) for name in abi.buffer_names]
+        pointers = [ctypes.c_void_p(0 if b is None else b.ctypes.data) for b in arrays]
         gx, gy, _ = step.launch.grid
         self.function(step.name)(
             ctypes.byref(args), *pointers, ctypes.c_uint(gx), ctypes.c_uint(gy)

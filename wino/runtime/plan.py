@@ -16,17 +16,17 @@ from ..launch import (
     Launch,
     TileGrid,
     batch_chunks,
-    default_stage_specs,
     largest_split,
     stage_launch,
     workspace_bytes,
     workspace_layout,
 )
+from ..pick import default_stage_specs
 from ..problem import Problem
 from ..refusals import Refused, check_problem
 from ..specs import RtInputSpec, StageSpec
 from ..vocab import DType, Prescale, Stage, Target, Tile
-from . import tuning
+from . import registry, tuning
 
 ALGORITHMS = ("winograd_aot",)
 
@@ -131,9 +131,7 @@ class Plan:
     # Running ---------------------------------------------------------------------------------
     def backend(self):
         if self._backend is None:
-            from .backends import backend_for
-
-            self._backend = backend_for(self.target, self.manifest)
+            self._backend = registry.backend_for(self.target, self.manifest)
         return self._backend
 
     def transform_filter(self, w, workspace=None):
@@ -239,9 +237,7 @@ def _ordered(specs: dict[Stage, StageSpec]) -> dict[Stage, StageSpec]:
 def _pick_target(target: Target | str | None) -> Target:
     if target is not None:
         return Target(target) if isinstance(target, str) else target
-    from .backends import cuda_available
-
-    return Target.CUDA if cuda_available() else Target.C
+    return Target.CUDA if registry.cuda_available() else Target.C
 
 
 def dispatch(

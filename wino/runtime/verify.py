@@ -4,21 +4,19 @@
 runs it on N(0, 1) inputs of the problem's dtype, measures max|out - ref| / max|ref| against the
 float64 reference convolution and checks it against ``bound_for(tile, dtype, xdtype)``, then
 times the plan (the median of a few runs after the verifying run, which is the warm-up).
-``format_results`` prints one line per case and a summary.
+``format_results`` prints one line per case and a summary; wino/cli.py's ``run`` handler calls both.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..problem import Direction, Problem, forward_only, read_miopen_cases
+from ..problem import Problem
 from ..refusals import Refused
 from ..vocab import DType, Target, Tile
 from .arrays import numpy_dtype
@@ -291,29 +289,3 @@ def format_results(results: list[CaseResult]) -> str:
         f"{count[ERROR]} error(s), {count[REFUSED]} refused (skipped)"
     )
     return "\n".join(lines)
-
-
-# `wino run` ------------------------------------------------------------------------------------
-def cmd_run(args: argparse.Namespace) -> int:
-    """``wino run`` (its flags are declared in wino/cli.py, which imports this module only when
-    the command runs): verify and time every problem given; 0 when every verified case passes
-    (refusals are skipped), 1 otherwise."""
-    problems = [Problem.from_miopen(line) for line in args.miopen_cmd]
-    bad = []
-    for path in args.miopen_file:
-        read, wrong = read_miopen_cases(path)
-        problems, bad = problems + read, bad + wrong
-    for line in bad:
-        print(f"wino: skipping {line}", file=sys.stderr, flush=True)
-    if not problems:
-        raise ValueError("wino run: pass at least one --miopen-cmd LINE or --miopen-file FILE")
-    direction = Direction.parse(args.direction) if args.direction else None
-    problems = forward_only(problems, direction)
-    tile = Tile.parse(args.tile) if args.tile else None
-    results = run_cases(
-        problems, args.target, tile, args.seed, cache_root=args.cache_root, repeats=args.repeats
-    )
-    print(format_results(results))
-    if bad:
-        print(f"wino: {len(bad)} line(s) of the case files were skipped", file=sys.stderr)
-    return 0 if all(r.ok for r in results) and not bad else 1

@@ -3,13 +3,11 @@ under it besides the cache (wino.cache owns ``cache/v<FORMAT>/``)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from ..cache import build_folder
+from ..cache import atomic_write, build_folder
 from ..vocab import Target
-
-SOURCE_EXT = {Target.C: "c", Target.CUDA: "cu", Target.HIP: "hip"}
+from .toolchains import KITS
 
 
 def build_dir(root: Path | str | None = None) -> Path:
@@ -19,7 +17,7 @@ def build_dir(root: Path | str | None = None) -> Path:
 
 def source_path(target: Target, name: str, root: Path | str | None = None) -> Path:
     """build/src/<target>/<name>.<ext>: the rendered kernel the compiler reads."""
-    return build_dir(root) / "src" / target.value / f"{name}.{SOURCE_EXT[target]}"
+    return build_dir(root) / "src" / target.value / f"{name}.{KITS[target].source_ext}"
 
 
 def dep_file(root: Path | str | None = None) -> str:
@@ -36,8 +34,5 @@ def write_if_changed(path: Path, text: str) -> bool:
             return False
     except FileNotFoundError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, text)
     return True

@@ -23,8 +23,7 @@ from ..problem import Problem
 from ..specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec, StageSpec
 from ..vocab import DType, K2Path, Prescale, Target, Tile
 from .cache_writer import sha256_text
-from .paths import SOURCE_EXT
-from .toolchains import Toolchain, compile_ir, resolve
+from .toolchains import KITS, Toolchain, compile_ir, resolve
 
 GOLDEN = config.ROOT / "tests" / "golden"
 _F16, _BF16, _F32 = DType.FP16, DType.BF16, DType.FP32
@@ -80,7 +79,7 @@ def source_hashes(shard: tuple[GoldenKernel, ...] = SHARD) -> dict[str, dict]:
 
 
 def _ir_hash(tc: Toolchain, kernel: GoldenKernel, folder: Path) -> str:
-    src = folder / f"{kernel.label}.{SOURCE_EXT[tc.target]}"
+    src = folder / f"{kernel.label}.{tc.kit.source_ext}"
     out = folder / f"{kernel.label}.{tc.arch}.ir"
     src.write_text(kernel.source(tc.target), encoding="utf-8")
     compile_ir(tc, src, kernel.spec.name, out)
@@ -95,17 +94,13 @@ def ir_hashes(tc: Toolchain, shard: tuple[GoldenKernel, ...] = SHARD) -> dict[st
             return dict(zip((k.label for k in shard), hashes, strict=True))
 
 
-def ir_kind(target: Target) -> str:
-    return {Target.CUDA: "ptx", Target.HIP: "llvmir"}[target]
-
-
 def ir_file(tc: Toolchain, folder: Path = GOLDEN) -> Path:
-    return Path(folder) / f"{ir_kind(tc.target)}-{tc.flavor}.json"
+    return Path(folder) / f"{tc.kit.ir_kind}-{tc.flavor}.json"
 
 
 def ir_toolchains() -> list[Toolchain]:
     """The toolchains present here that emit an IR (nvcc, clang per known HIP arch)."""
-    return [tc for t in (Target.CUDA, Target.HIP) for tc in resolve(t).toolchains]
+    return [tc for t, kit in KITS.items() if kit.ir_kind for tc in resolve(t).toolchains]
 
 
 # Record and check --------------------------------------------------------------------------------
@@ -156,7 +151,7 @@ def check_sources(folder: Path = GOLDEN) -> list[str]:
 
 def check_ir(tc: Toolchain, folder: Path = GOLDEN) -> list[str]:
     recorded = json.loads(ir_file(tc, folder).read_text(encoding="utf-8"))
-    return compare(recorded["sha256"], ir_hashes(tc), f"{ir_kind(tc.target)} {tc.flavor}")
+    return compare(recorded["sha256"], ir_hashes(tc), f"{tc.kit.ir_kind} {tc.flavor}")
 
 
 def check(folder: Path = GOLDEN) -> tuple[list[str], list[str]]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -21,16 +20,9 @@ from functools import cache
 from pathlib import Path
 
 from .. import config
+from ..cache import atomic_write, build_folder
 from ..vocab import Target
-from .paths import build_dir
 
-#: How to get each target's compiler, for the skip message.
-HOW_TO_GET = {
-    Target.C: "install a C compiler with OpenMP, e.g. `apt-get install gcc`",
-    Target.CUDA: "install the CUDA toolkit (https://developer.nvidia.com/cuda-downloads) and put "
-    "nvcc on PATH",
-    Target.HIP: "`apt-get install clang-19 lld-19` (Debian 12 / Ubuntu 24.04; no ROCm needed)",
-}
 _FLAVOR_BAD = re.compile(r"[^A-Za-z0-9_.+-]")
 _VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
 #: Version of the compile commands below: bump it when they change what a binary holds (it is
@@ -64,12 +56,12 @@ class Toolchain:
         return _FLAVOR_BAD.sub("_", "-".join(parts))
 
     @property
+    def kit(self) -> Kit:
+        return KITS[self.target]
+
+    @property
     def binary_ext(self) -> str:
-        if self.target is Target.C:
-            return "so"
-        if self.target is Target.CUDA:
-            return "cubin"
-        return "hsaco" if self.code_object else "ll"
+        return self.kit.binary_ext if self.code_object else self.kit.ir_ext
 
     def fingerprint(self) -> dict:
         """Everything about the toolchain that changes a binary (paths excluded)."""
@@ -104,27 +96,20 @@ class Resolved:
 # Identity ----------------------------------------------------------------------------------------
 @cache
 def identity_line(path: str, target: Target) -> str:
-    """`cc --version` first line, `nvcc --version` release line, `clang --version` first line."""
+    """The compiler's version line (the kit picks it from `<compiler> --version`)."""
     out = subprocess.run([path, "--version"], capture_output=True, text=True, check=True).stdout
-    lines = [line.strip() for line in out.splitlines() if line.strip()]
-    if target is Target.CUDA:
-        return next(line for line in lines if "release" in line)
-    return lines[0]
+    return KITS[target].identity([line.strip() for line in out.splitlines() if line.strip()])
 
 
-def family_version(target: Target, line: str) -> tuple[str, str]:
-    """('nvcc', '13.0') from the release line; ('gcc' | 'clang', '12.2.0') otherwise."""
-    if target is Target.CUDA:
-        match = re.search(r"release (\d+\.\d+)", line)
-        return "nvcc", match.group(1) if match else "unknown"
-    family = "clang" if "clang" in line.lower() else "gcc"
+def _cc_family_version(line: str) -> tuple[str, str]:
+    """('gcc' | 'clang', '12.2.0') from a `cc --version` or `clang --version` first line."""
     match = _VERSION.search(line)
-    return family, match.group(1) if match else "unknown"
+    return "clang" if "clang" in line.lower() else "gcc", match.group(1) if match else "unknown"
 
 
 # HIP arch probes (cached per clang identity and flags) -------------------------------------------
 def _probe_cache(root) -> Path:
-    return build_dir(root) / "toolchains.json"
+    return build_folder(root) / "toolchains.json"
 
 
 def _hip_compiles(path: str, flags: tuple[str, ...], arch: str, code_object: bool) -> bool:
@@ -165,10 +150,7 @@ def hip_probes(
         wanted.append("code_object")
     if wanted:
         cache[key] = known
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_name(f".toolchains.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, cache_file)
+        atomic_write(cache_file, json.dumps(cache, indent=1, sort_keys=True) + "\n")
     return known
 
 
@@ -190,33 +172,22 @@ def resolve(target: Target, root=None) -> Resolved:
             (),
             (
                 f"wino: skipping target {target.value}: compiler "
-                f"`{compiler}` not found on PATH; {HOW_TO_GET[target]}",
+                f"`{compiler}` not found on PATH; {KITS[target].how_to_get}",
             ),
         )
     line = identity_line(path, target)
-    family, version = family_version(target, line)
-    archs = tuple(declared["archs"])
-    messages: list[str] = []
-    code_object = True
-    if target is Target.HIP:
-        known = hip_probes(path, line, flags, archs, root)
-        code_object = known["code_object"]
-        for arch in archs:
-            if not known[arch]:
-                messages.append(
-                    f"wino: skipping hip arch {arch}: {line} does not know it "
-                    "(a newer clang does); the other archs build"
-                )
-        if not code_object:
-            messages.append(
-                f"wino: hip code objects need lld ({HOW_TO_GET[target]}); building LLVM IR only"
-            )
-        archs = tuple(a for a in archs if known[a])
+    family, version = KITS[target].family_version(line)
+    archs, code_object, messages = KITS[target].usable(path, line, flags, declared["archs"], root)
     chains = tuple(
         Toolchain(target, compiler, path, line, family, version, flags, arch, code_object)
         for arch in archs
     )
     return Resolved(target, chains, tuple(messages))
+
+
+def family_version(target: Target, line: str) -> tuple[str, str]:
+    """(family, version) of a compiler's identity line, e.g. ('nvcc', '13.0')."""
+    return KITS[target].family_version(line)
 
 
 # Compiling ---------------------------------------------------------------------------------------
@@ -276,23 +247,99 @@ def _compile_hip(tc: Toolchain, src: Path, name: str, scratch: Path) -> Compiled
     return Compiled(out, {"ll": ll}, log, parse_hip_resources(log))
 
 
-_COMPILERS = {Target.C: _compile_c, Target.CUDA: _compile_cuda, Target.HIP: _compile_hip}
-
-
 def compile_source(tc: Toolchain, src: Path, name: str, scratch: Path) -> Compiled:
     """Compile one rendered source into ``scratch``; raises CompileError."""
-    return _COMPILERS[tc.target](tc, src, name, scratch)
+    return tc.kit.compile(tc, src, name, scratch)
 
 
 def compile_ir(tc: Toolchain, src: Path, name: str, out: Path) -> None:
     """Write the portable IR only (PTX for cuda, LLVM IR for hip): the golden hashes."""
-    if tc.target is Target.CUDA:
-        cmd = [tc.path, *tc.flags, f"-arch={tc.arch}", "-ptx"]
-    elif tc.target is Target.HIP:
-        cmd = [*_hip_base(tc, name), "-S", "-emit-llvm"]
-    else:
+    if tc.kit.ir_kind is None:
         raise ValueError(f"target {tc.target.value} has no IR")
-    _run([*cmd, "-o", str(out), src.name], src)
+    _run([*tc.kit.ir_command(tc, name), "-o", str(out), src.name], src)
+
+
+# One kit per target ----------------------------------------------------------------------------
+class Kit:
+    """What one target's toolchain does its own way (mirroring wino.codegen.renderers: the
+    subclasses set strings and supply commands; shared code has no per-target branch)."""
+
+    target: Target
+    how_to_get: str  # how to get the compiler, for the skip message
+    source_ext: str
+    binary_ext: str
+    ir_ext = ""  # the binary when code objects cannot be made (hip without lld)
+    ir_kind: str | None = None  # the golden IR file prefix (ptx, llvmir); None: no IR
+
+    def identity(self, lines: list[str]) -> str:
+        return lines[0]
+
+    def family_version(self, line: str) -> tuple[str, str]:
+        return _cc_family_version(line)
+
+    def usable(self, path, line, flags, archs, root) -> tuple[tuple[str, ...], bool, list[str]]:
+        """(archs that build, whether code objects can be made, skip messages)."""
+        return tuple(archs), True, []
+
+    def compile(self, tc: Toolchain, src: Path, name: str, scratch: Path) -> Compiled:
+        raise NotImplementedError
+
+    def ir_command(self, tc: Toolchain, name: str) -> list[str]:
+        raise NotImplementedError
+
+
+class CKit(Kit):
+    target = Target.C
+    how_to_get = "install a C compiler with OpenMP, e.g. `apt-get install gcc`"
+    source_ext, binary_ext = "c", "so"
+    compile = staticmethod(_compile_c)
+
+
+class CudaKit(Kit):
+    target = Target.CUDA
+    how_to_get = (
+        "install the CUDA toolkit (https://developer.nvidia.com/cuda-downloads) and put "
+        "nvcc on PATH"
+    )
+    source_ext, binary_ext, ir_kind = "cu", "cubin", "ptx"
+    compile = staticmethod(_compile_cuda)
+
+    def identity(self, lines: list[str]) -> str:
+        return next(line for line in lines if "release" in line)
+
+    def family_version(self, line: str) -> tuple[str, str]:
+        match = re.search(r"release (\d+\.\d+)", line)
+        return "nvcc", match.group(1) if match else "unknown"
+
+    def ir_command(self, tc: Toolchain, name: str) -> list[str]:
+        return [tc.path, *tc.flags, f"-arch={tc.arch}", "-ptx"]
+
+
+class HipKit(Kit):
+    target = Target.HIP
+    how_to_get = "`apt-get install clang-19 lld-19` (Debian 12 / Ubuntu 24.04; no ROCm needed)"
+    source_ext, binary_ext, ir_ext, ir_kind = "hip", "hsaco", "ll", "llvmir"
+    compile = staticmethod(_compile_hip)
+
+    def usable(self, path, line, flags, archs, root):
+        known = hip_probes(path, line, flags, tuple(archs), root)
+        messages = [
+            f"wino: skipping hip arch {arch}: {line} does not know it "
+            "(a newer clang does); the other archs build"
+            for arch in archs
+            if not known[arch]
+        ]
+        if not known["code_object"]:
+            messages.append(
+                f"wino: hip code objects need lld ({self.how_to_get}); building LLVM IR only"
+            )
+        return tuple(a for a in archs if known[a]), known["code_object"], messages
+
+    def ir_command(self, tc: Toolchain, name: str) -> list[str]:
+        return [*_hip_base(tc, name), "-S", "-emit-llvm"]
+
+
+KITS: dict[Target, Kit] = {kit.target: kit for kit in (CKit(), CudaKit(), HipKit())}
 
 
 # Reports -----------------------------------------------------------------------------------------

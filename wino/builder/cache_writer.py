@@ -5,7 +5,8 @@ the compiler identity, the flags and the arch (never paths or timestamps), so a 
 content: a binary that exists is never rebuilt, and two grids that share a spec share its binary.
 Beside each binary a report ``bin/<name>-<hash16>.json`` keeps what the compiler said (registers,
 spills, the log); it is written last, so its presence means the kernel is complete. The manifest,
-written last of all through wino.cache.write_manifest, is the single point of publication.
+written last of all through wino.cache.write_manifest, is the single point of publication; the
+C header of the same ABI (wino.builder.header) is written just before it.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import cache
+from .. import cache, config
 from ..codegen.render import render
+from ..kinds import kind_of
 from ..launch import FORMAT
 from ..specs import StageSpec, spec_from_fields
+from .header import HEADER, header_text
 from .paths import source_path, write_if_changed
 from .toolchains import Toolchain, compile_source
 
@@ -103,9 +106,7 @@ def compile_kernel(kb: KernelBinary, src: Path) -> dict[str, Any]:
         report["sha256"] = _publish(out.binary, kb.binary)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    tmp = kb.report.with_name(f".{kb.report.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, kb.report)
+    cache.atomic_write(kb.report, json.dumps(report, indent=1, sort_keys=True) + "\n")
     return report
 
 
@@ -150,6 +151,7 @@ def manifest_entry(spec: StageSpec, kb: KernelBinary) -> dict[str, Any]:
         "registers": report["registers"],
         "spills": report["spills"],
         "extra": report["extra"],
+        "abi": kind_of(spec).abi_record(spec),
     }
 
 
@@ -164,6 +166,7 @@ def write_target_manifest(
         "toolchain": tc.manifest_toolchain(),
         "kernels": {spec.name: manifest_entry(spec, kb) for spec, kb in kernels},
     }
-    return cache.write_manifest(
-        cache.flavor_dir(tc.target, tc.flavor, Path(root) if root else None), manifest
-    )
+    directory = cache.flavor_dir(tc.target, tc.flavor, Path(root) if root else None)
+    config.validate(manifest, "manifest", str(directory / cache.MANIFEST))
+    cache.atomic_write(directory / HEADER, header_text(manifest))  # before the publication
+    return cache.write_manifest(directory, manifest)

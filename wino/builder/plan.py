@@ -125,7 +125,3 @@ def plan(
         plans.append(plan_target(resolved, specs, hashes, root))
     hashes.save()
     return tuple(plans)
-
-
-def planned_names(plans: Iterable[TargetPlan], target: Target) -> list[str]:
-    return [job.name for p in plans if p.target is target for job in p.jobs]

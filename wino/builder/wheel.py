@@ -48,12 +48,14 @@ def available_manifests(root: Path | str | None = None) -> list[cache.Manifest]:
 
 
 def copy_cache(manifest: cache.Manifest, into: Path) -> int:
-    """Copy one published manifest and every file beside its binaries into the build folder
-    ``into``; returns the bytes copied. Contents only: the copies get this process's default
-    mode, so a cache written 0600 is still readable by everyone once installed."""
+    """Copy one published manifest (with the files beside it: the C header) and every file
+    beside its binaries into the build folder ``into``; returns the bytes copied. Contents
+    only: the copies get this process's default mode, so a cache written 0600 is still
+    readable by everyone once installed."""
     dest = into / "cache" / f"v{FORMAT}" / manifest.target.value / manifest.flavor
     (dest / "bin").mkdir(parents=True, exist_ok=True)
-    copied = [shutil.copyfile(manifest.directory / cache.MANIFEST, dest / cache.MANIFEST)]
+    beside = [p for p in manifest.directory.iterdir() if p.is_file() and p.name[0] != "."]
+    copied = [shutil.copyfile(path, dest / path.name) for path in sorted(beside)]  # + header
     for kernel in manifest.kernels.values():
         for path in sorted(kernel.path.parent.glob(f"{kernel.path.stem}.*")):
             copied.append(shutil.copyfile(path, dest / "bin" / path.name))

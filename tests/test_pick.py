@@ -1,0 +1,65 @@
+"""wino.pick: the default pick follows the order grids/stages.yaml declares (default_pick), not a
+list in Python: changing the YAML order changes the pick, and values the order leaves out are
+never picked by default."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from wino import config, pick
+from wino.problem import Problem
+from wino.vocab import DType, K2Path, Prescale, Stage, Tile
+
+PROBLEM = Problem(N=1, C=64, H=14, W=14, K=64, pad_h=1, pad_w=1, dtype="fp16")
+
+
+@pytest.fixture
+def declared_order(monkeypatch):
+    """Replace the declared default_pick of one stage (a deep copy of grids/stages.yaml)."""
+    data = copy.deepcopy(config.declared("stages"))
+    real = config.declared
+
+    def patched(stage: str, order: list[dict]) -> None:
+        data["default_pick"][stage] = order
+        monkeypatch.setattr(
+            config, "declared", lambda kind: data if kind == "stages" else real(kind)
+        )
+        pick.candidates.cache_clear()
+
+    yield patched
+    pick.candidates.cache_clear()
+
+
+def test_the_declared_order_decides(declared_order):
+    k2 = pick.default_stage_specs(PROBLEM, Tile(4, 4))[Stage.INPUT]
+    assert (k2.block, k2.prescale) == (256, Prescale.FUSED)  # the smallest fused block first
+    declared_order(
+        "k2",
+        [{"vec": "ascending"}, {"path": ["reg"]}, {"prescale": ["split"]}, {"block": "descending"}],
+    )
+    k2 = pick.default_stage_specs(PROBLEM, Tile(4, 4))[Stage.INPUT]
+    assert (k2.vec, k2.block, k2.prescale) == (1, 256, Prescale.SPLIT)
+    assert Stage.PRESCALE in pick.default_stage_specs(PROBLEM, Tile(4, 4))
+
+
+def test_values_the_order_leaves_out_are_never_picked(declared_order):
+    declared_order("k2", [{"vec": "descending"}, {"path": ["lds"]}])
+    k2 = pick.default_stage_specs(PROBLEM, Tile(4, 4), DType.FP32)[Stage.INPUT]
+    assert k2.path is K2Path.LDS
+    declared_order("k2", [{"vec": "descending"}, {"path": ["reg"]}, {"block": [64]}])
+    with pytest.raises(pick.Refused) as refusal:
+        pick.default_stage_specs(PROBLEM, Tile(4, 4))
+    assert refusal.value.rule == "no_spec_in_grid"
+    assert "no k2 kernel of the grid for F4x4 fp16/fp16" in refusal.value.message
+
+
+def test_every_candidate_is_in_the_grid_and_the_order_is_total():
+    for tile in (Tile(2, 2), Tile(6, 4)):
+        for stage in (Stage.FILTER, Stage.PRESCALE, Stage.INPUT, Stage.OUTPUT):
+            ranked = pick.candidates(stage, tile, DType.FP16, DType.FP16)
+            assert ranked, (stage, tile)
+            assert len({s.name for s in ranked}) == len(ranked)
+            vecs = [s.vec for s in ranked]
+            assert vecs == sorted(vecs, reverse=True)  # vec is the first axis everywhere

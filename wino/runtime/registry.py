@@ -1,0 +1,41 @@
+"""Backends by target, loaded by name on first use. The plan and the bench reach a backend
+through this table without importing the backend modules (which import the plan), so the
+import graph has no circle and importing the runtime loads no backend it does not use."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import Any
+
+from .. import cache
+from ..vocab import Target
+
+#: Target -> "module:class" of its runtime backend (HIP is compile-only: none).
+BACKENDS: dict[Target, str] = {
+    Target.C: "wino.runtime.host:HostBackend",
+    Target.CUDA: "wino.runtime.cuda:CudaBackend",
+}
+
+
+def load(ref: str) -> Any:
+    """The object a "module:attribute" reference names."""
+    module, _, attribute = ref.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def backend_for(target: Target, manifest: cache.Manifest):
+    if target not in BACKENDS:
+        raise ValueError(f"target {target.value} has no runtime backend here (HIP is compile-only)")
+    return load(BACKENDS[target])(manifest)
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_available() -> bool:
+    """CuPy importable and at least one CUDA device present."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - any import or driver failure means no CUDA here
+        return False
