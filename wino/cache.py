@@ -219,7 +219,25 @@ def _checked(path: Path, sha256: str) -> bool:
     return path.is_file() and sha256_file(path) == sha256
 
 
-def read_manifest(path: Path, source: CacheSource | None = None) -> Manifest:
+def _file_key(path: Path) -> tuple[int, int, int] | None:
+    """(mtime_ns, size, inode) of a file: what says it changed; None when it is absent."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+#: Parsed manifests by (path, where found): (file key when parsed, Manifest). One parse per
+#: published file.
+_MANIFESTS: dict[tuple[Path, Any], tuple[tuple[int, int, int] | None, Manifest]] = {}
+#: Candidate manifests by (target folder, flavor pattern): (folder key when globbed, paths).
+_CANDIDATES: dict[tuple[Path, str], tuple[tuple[int, int, int] | None, list[Path]]] = {}
+
+
+def parse_manifest(path: Path, source: CacheSource | None = None) -> Manifest:
+    """Read and schema-validate a manifest file (every call; ``read_manifest`` caches it);
+    ``source``: where the search path found it."""
     data = json.loads(path.read_text(encoding="utf-8"))
     config.validate(data, "manifest", str(path))
     directory = path.parent
@@ -239,20 +257,82 @@ def read_manifest(path: Path, source: CacheSource | None = None) -> Manifest:
     return Manifest(target, flavor, directory, data["toolchain"], kernels, source)
 
 
-def find_manifest(
-    target: Target, root: Path | str | None = None, flavor: str | None = None
+def read_manifest(
+    path: Path, key: tuple[int, int, int] | None = None, source: CacheSource | None = None
 ) -> Manifest:
-    """The target's manifest from the first build folder of ``search_path(root)`` that holds
-    one: the given flavor, or the only / most recently published one."""
+    """The manifest at ``path``, parsed once per process and again only when the file's
+    (mtime, size, inode) changes (a publication renames a new file into place)."""
+    key = _file_key(path) if key is None else key
+    hit = _MANIFESTS.get((path, source))
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    manifest = parse_manifest(path, source)
+    _MANIFESTS[(path, source)] = (key, manifest)
+    return manifest
+
+
+def _candidates(base: Path, flavor: str | None) -> list[Path]:
+    """Where the manifests under ``base`` would be, one per flavor folder (present or not);
+    the folder is listed again only when it changes (a flavor folder added or removed)."""
+    if flavor is not None:
+        return [base / flavor / MANIFEST]
+    key = _file_key(base)
+    hit = _CANDIDATES.get((base, "*"))
+    if hit is not None and hit[0] == key and key is not None:
+        return hit[1]
+    paths = sorted(d / MANIFEST for d in base.glob("*") if d.is_dir())
+    _CANDIDATES[(base, "*")] = (key, paths)
+    return paths
+
+
+def manifest_state(
+    target: Target, root: Path | None = None, flavor: str | None = None
+) -> tuple[Path, tuple[int, int, int]]:
+    """(path, file key) of the manifest ``find_manifest`` would read: the given flavor, or the
+    only / most recently published one. A few stat calls; raises FileNotFoundError."""
+    return manifest_state_in(cache_root(root) / target.value, flavor)
+
+
+def manifest_state_in(base: Path, flavor: str | None = None) -> tuple[Path, tuple[int, int, int]]:
+    """``manifest_state`` of the target folder ``base``."""
+    found = []
+    target = base.name
+    for path in _candidates(base, flavor):
+        key = _file_key(path)
+        if key is not None:
+            found.append((key[0], path, key))
+    if not found:
+        raise FileNotFoundError(
+            f"no {target} cache under {base}: build it with `doit compile:{target}`"
+        )
+    _, path, key = max(found)
+    return path, key
+
+
+def manifest_location(
+    target: Target, root: Path | str | None = None, flavor: str | None = None
+) -> tuple[Path, tuple[int, int, int], CacheSource]:
+    """(path, file key, where found) of the manifest ``find_manifest`` reads: in the first
+    build folder of ``search_path(root)`` that holds one, the given flavor or the only / most
+    recently published one. A few stat calls; raises FileNotFoundError naming every place."""
     looked = []
     for folder in search_path(root):
         base = folder.path / "cache" / f"v{FORMAT}" / target.value
-        found = sorted(base.glob(f"{flavor or '*'}/{MANIFEST}"), key=lambda p: p.stat().st_mtime)
-        if found:
-            return read_manifest(found[-1], folder.source)
-        looked.append(f"{base} ({folder.source.value})")
+        try:
+            path, key = manifest_state_in(base, flavor)
+        except FileNotFoundError:
+            looked.append(f"{base} ({folder.source.value})")
+            continue
+        return path, key, folder.source
     raise FileNotFoundError(
         f"no {target.value} cache{f' of flavor {flavor}' if flavor else ''} in "
         f"{'; '.join(looked)}: build it with `doit compile:{target.value}`, or install a "
         "wino wheel that carries it"
     )
+
+
+def find_manifest(
+    target: Target, root: Path | str | None = None, flavor: str | None = None
+) -> Manifest:
+    """The target's manifest (see ``manifest_location``), parsed once per published file."""
+    return read_manifest(*manifest_location(target, root, flavor))
