@@ -25,6 +25,7 @@ CORE = {
     "wino.launch",
     "wino.pick",
     "wino.cache",
+    "wino.files",
     "wino.axes",
     "wino.matrix",
 }
