@@ -39,12 +39,20 @@ def winner(run: CaseRun) -> TileRun | None:
 
 def noisy(best: TileRun, noise: float) -> str | None:
     """Why the winner's timings are not to be trusted (None: they agree within ``noise``)."""
-    apart = best.disagreement
-    if apart is None or apart <= noise:
+    return timings_disagree(best.total_us, best.check_us, noise)
+
+
+def timings_disagree(total_us: float, check_us: float | None, noise: float) -> str | None:
+    """Why two timings of one winner are not to be trusted (None: timed once, or they agree
+    within ``noise``, a fraction of the faster)."""
+    if check_us is None:
+        return None
+    apart = abs(total_us - check_us) / max(min(total_us, check_us), 1e-9)
+    if apart <= noise:
         return None
     return (
-        f"two timings of the winner disagree by {apart:.0%} ({best.total_us:.1f} vs "
-        f"{best.check_us:.1f} us; threshold {noise:.0%}): the machine is too noisy to pick; "
+        f"two timings of the winner disagree by {apart:.0%} ({total_us:.1f} vs "
+        f"{check_us:.1f} us; threshold {noise:.0%}): the machine is too noisy to pick; "
         "pin the threads (OMP_NUM_THREADS=<cores> taskset -c <cpus> wino tune ...) on an idle "
         "machine, or raise --noise"
     )

@@ -64,6 +64,7 @@ class Tuned:
     tile: Tile | None
     specs: dict[Stage, StageSpec]
     time_us: float
+    check_us: float | None = None  # the winner's second timing (the noise check's)
 
 
 @dataclass
@@ -134,7 +135,9 @@ def tuned(sweep: Sweep) -> list[Tuned]:
             out.append(Tuned(run.problem, None, {}, 0.0))
         else:
             plan = best.pick.plan
-            out.append(Tuned(run.problem, plan.tile, dict(plan.specs), best.total_us))
+            out.append(
+                Tuned(run.problem, plan.tile, dict(plan.specs), best.total_us, best.check_us)
+            )
     return out
 
 
@@ -247,15 +250,22 @@ def _on_done(progress, csv: Path | None) -> Callable[[ShardResult], None]:
     return on_done
 
 
-def _record(target: Target, cases, shard_results, cache_root) -> None:
-    from ..bench.tune import record_winner
+def _record(target: Target, cases, shard_results, cache_root, noise: float) -> bool:
+    """Record the shards' winners as ``wino tune`` does; True when one was refused as noisy."""
+    from ..bench.tune import record_winner, timings_disagree
 
+    refused_noisy = False
     for t in tuned_in_order(cases, shard_results):
+        why = None if t.tile is None else timings_disagree(t.time_us, t.check_us, noise)
         if t.tile is None:
             print(f"not tuned {t.problem.label()}: no verified pipeline", flush=True)
+        elif why is not None:
+            refused_noisy = True
+            print(f"not tuned {t.problem.label()}: {why}", flush=True)
         else:
             line = record_winner(t.problem, target, t.tile, t.specs, t.time_us, cache_root)
             print(line, flush=True)
+    return refused_noisy
 
 
 def run_dask(
@@ -298,10 +308,9 @@ def run_dask(
     rows = results.annotate(results.merge(before, merged_rows(todo, done)))
     if args.results is not None:
         results.write(args.results, rows)
-    if tune:
-        _record(target, todo, done, args.cache_root)
+    noisy = tune and _record(target, todo, done, args.cache_root, args.noise / 100)
     keys = {case_key(p) for p in cases}
     mine = [r for r in rows if r["target"] == target.value and r["case"] in keys]
     errors = [e for r in done for e in r.errors]
     print(best_line(mine), flush=True)
-    return max(exit_code(mine), int(bool(errors)))
+    return max(exit_code(mine), int(bool(errors)), int(noisy))
