@@ -14,8 +14,8 @@ import pytest
 from wino.problem import Problem
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The shared cases live beside the clone (CI checks ../shared out next to it).
-PUBLIC_CASES = Path(__file__).resolve().parents[2] / "shared" / "cases" / "public.txt"
+#: The repository's public case list (MIOpenDriver command lines of real layers).
+PUBLIC_CASES = ROOT / "cases" / "public.txt"
 
 
 def case_lines(path: Path) -> list[str]:
@@ -29,8 +29,6 @@ def case_lines(path: Path) -> list[str]:
 
 @pytest.fixture(scope="session")
 def public_lines() -> list[str]:
-    if not PUBLIC_CASES.is_file():
-        pytest.skip(f"public cases absent at {PUBLIC_CASES} (CI keeps ../shared beside the clone)")
     lines = case_lines(PUBLIC_CASES)
     assert lines, f"{PUBLIC_CASES} holds no command lines"
     return lines

@@ -88,8 +88,13 @@ def ran(done: subprocess.CompletedProcess) -> list[str]:
     return sorted(line[3:] for line in done.stdout.splitlines() if line.startswith(".  "))
 
 
-def up_to_date(done: subprocess.CompletedProcess) -> list[str]:
-    return sorted(line[3:] for line in done.stdout.splitlines() if line.startswith("-- "))
+def summary(done: subprocess.CompletedProcess) -> tuple[int, int]:
+    """(tasks that ran, tasks up to date) from the build's last line."""
+    match = re.fullmatch(
+        r"wino build: (\d+) task\(s\) ran, (\d+) up to date", done.stdout.splitlines()[-1]
+    )
+    assert match, done.stdout
+    return int(match[1]), int(match[2])
 
 
 K1 = "compile_c:k1_f2x2_ifp32_xfp32_v1_b256_r1"
@@ -107,7 +112,18 @@ def test_first_build_compiles_each_kernel_once_in_parallel(project):
 def test_second_build_executes_nothing(project):
     done = doit(project, "compile")
     assert ran(done) == []
-    assert up_to_date(done) == sorted([K1, *K4, "manifest:c"])
+    assert summary(done) == (0, len([K1, *K4, "manifest:c"]))
+    assert done.stdout.count("\n") == 1  # a no-op build is one line
+    assert "wino-no-such-clang" in done.stderr  # every target was asked for: hip says why
+
+
+def test_a_c_only_build_is_quiet_about_other_targets(project):
+    done = doit(project, "compile:c")
+    assert done.stdout.splitlines() == ["wino build: 0 task(s) ran, 6 up to date"]
+    assert "hip" not in done.stderr and "skipping" not in done.stderr
+    hip = doit(project, "compile:hip")
+    assert hip.returncode == 0 and "wino-no-such-clang" in hip.stderr
+    assert "compile:hip" not in hip.stdout  # the notice is the output
 
 
 def test_grid_edit_rebuilds_only_the_changed_specs(project):
@@ -145,7 +161,15 @@ def test_missing_compiler_gives_no_kernel_tasks(project):
 
 def test_list_is_the_help(project):
     done = doit(project, "list")
-    for task in ("compile", "compile_c", "manifest", "golden", "golden_record", "validate"):
+    for task in (
+        "compile",
+        "compile_c",
+        "manifest",
+        "golden",
+        "golden_record",
+        "validate",
+        "wheel",
+    ):
         assert re.search(rf"^{task}\s+\S", done.stdout, re.M), f"{task} has no docstring"
 
 

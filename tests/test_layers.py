@@ -26,6 +26,7 @@ CORE = {
     "wino.launch",
     "wino.pick",
     "wino.cache",
+    "wino.files",
     "wino.axes",
     "wino.matrix",
 }
@@ -36,6 +37,7 @@ ABOVE_CORE = (
     "wino.bench",
     "wino.cli",
     "wino.torch",
+    "wino.scale",
 )
 
 

@@ -5,7 +5,8 @@ Layout: ``build/cache/v<FORMAT>/<target>/<flavor>/``
   bin/<name>-<hash>.<ext> binaries addressed by a content hash of everything that changes them
 A flavor names one toolchain configuration (compiler identity and arch), e.g. ``gcc-12.2.0``
 or ``nvcc-13.0-sm_90``. The runtime trusts the manifest and each binary's sha256, never doit's
-database.
+database. It finds a target's cache on ``search_path``: the cache root given, else $WINO_BUILD,
+else ./build, the checkout's build/ and the cache packaged in an installed wheel.
 
 Manifest (schema/manifest.schema.json)::
 
@@ -32,11 +33,13 @@ import re
 import tempfile
 import warnings
 from dataclasses import dataclass
+from enum import Enum
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from . import config
+from .files import chmod_as_open
 from .launch import FORMAT
 from .specs import StageSpec, spec_from_fields
 from .vocab import Target
@@ -44,11 +47,58 @@ from .vocab import Target
 MANIFEST = "manifest.json"
 
 
+class CacheSource(Enum):
+    """Where the runtime found a cache, in the order it looks (``search_path``)."""
+
+    ROOT = "the cache root given"
+    ENV = "$WINO_BUILD"
+    CWD = "./build"
+    CHECKOUT = "the checkout's build folder"
+    PACKAGED = "the installed package"
+
+
+@dataclass(frozen=True)
+class BuildFolder:
+    """A build folder the runtime may read, and why it is on the search path."""
+
+    path: Path
+    source: CacheSource
+
+
+def _env_build() -> str | None:
+    """$WINO_BUILD, where an empty value means unset."""
+    return os.environ.get("WINO_BUILD") or None
+
+
 def build_folder(root: Path | str | None = None) -> Path:
-    """The build folder: the ``root`` given, else $WINO_BUILD, else <project>/build."""
+    """The build folder the build writes (and the tuning DB lives in): the ``root`` given, else
+    $WINO_BUILD, else the checkout's build/ (./build when running from an installed wheel)."""
     if root is not None:
         return Path(root)
-    return Path(os.environ.get("WINO_BUILD") or config.ROOT / "build")  # empty: unset
+    if _env_build():
+        return Path(_env_build())
+    return config.ROOT / "build" if config.IS_CHECKOUT else Path.cwd() / "build"
+
+
+def search_path(root: Path | str | None = None) -> list[BuildFolder]:
+    """The build folders the runtime reads, in order. An explicit ``root``, else $WINO_BUILD, is
+    the only place looked at (a choice is never second-guessed); otherwise ./build, the
+    checkout's build/ and the cache packaged in the wheel, the first holding the target wins."""
+    if root is not None:
+        return [BuildFolder(Path(root), CacheSource.ROOT)]
+    if _env_build():
+        return [BuildFolder(Path(_env_build()), CacheSource.ENV)]
+    found = [BuildFolder(Path.cwd() / "build", CacheSource.CWD)]
+    if config.IS_CHECKOUT:
+        found.append(BuildFolder(config.ROOT / "build", CacheSource.CHECKOUT))
+    found.append(BuildFolder(config.PACKAGED / "build", CacheSource.PACKAGED))
+    seen: set[Path] = set()
+    unique = []
+    for folder in found:
+        if folder.path.resolve() not in seen:
+            seen.add(folder.path.resolve())
+            unique.append(folder)
+    return unique
 
 
 def cache_root(root: Path | str | None = None) -> Path:
@@ -76,6 +126,7 @@ def atomic_write(path: Path, text: str) -> Path:
         prefix=f".{path.name}-{os.getpid()}-", suffix=".tmp", dir=path.parent
     )
     try:
+        chmod_as_open(fd)  # readable by whoever may read the cache (and in a wheel), not 0600
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
@@ -160,6 +211,12 @@ class Manifest:
     directory: Path
     toolchain: dict[str, Any]
     kernels: dict[str, CachedKernel]
+    source: CacheSource | None = None  # where the search path found it (None: read directly)
+
+    def origin(self) -> str:
+        """The cache folder and, when it was searched for, why it was picked."""
+        why = f" ({self.source.value})" if self.source is not None else ""
+        return f"{self.directory}{why}"
 
     @property
     def path(self) -> Path:
@@ -256,16 +313,17 @@ def _file_key(path: Path) -> tuple[int, int, int] | None:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-#: Parsed manifests by path: (file key when parsed, Manifest). One parse per published file.
-_MANIFESTS: dict[Path, tuple[tuple[int, int, int] | None, Manifest]] = {}
+#: Parsed manifests by (path, where found): (file key when parsed, Manifest). One parse per
+#: published file.
+_MANIFESTS: dict[tuple[Path, Any], tuple[tuple[int, int, int] | None, Manifest]] = {}
 #: Candidate manifests by (target folder, flavor pattern): (folder key when globbed, paths).
 _CANDIDATES: dict[tuple[Path, str], tuple[tuple[int, int, int] | None, list[Path]]] = {}
 
 
-def parse_manifest(path: Path) -> Manifest:
+def parse_manifest(path: Path, source: CacheSource | None = None) -> Manifest:
     """Read and check a manifest (every call; ``read_manifest`` caches it): JSON, schema,
     format, its folder's target and flavor, and each entry (symbol = name = the spec's name,
-    binary inside bin/). Loads no binary."""
+    binary inside bin/). Loads no binary. ``source``: where the search path found it."""
     path = Path(path)
     directory = path.parent
     folder_target, folder_flavor = directory.parent.name, directory.name
@@ -282,18 +340,22 @@ def parse_manifest(path: Path) -> Manifest:
     kernels = {
         name: _entry(path, folder_target, name, fields) for name, fields in data["kernels"].items()
     }
-    return Manifest(Target(data["target"]), data["flavor"], directory, data["toolchain"], kernels)
+    return Manifest(
+        Target(data["target"]), data["flavor"], directory, data["toolchain"], kernels, source
+    )
 
 
-def read_manifest(path: Path, key: tuple[int, int, int] | None = None) -> Manifest:
+def read_manifest(
+    path: Path, key: tuple[int, int, int] | None = None, source: CacheSource | None = None
+) -> Manifest:
     """The manifest at ``path``, parsed once per process and again only when the file's
     (mtime, size, inode) changes (a publication renames a new file into place)."""
     key = _file_key(path) if key is None else key
-    hit = _MANIFESTS.get(path)
+    hit = _MANIFESTS.get((path, source))
     if hit is not None and hit[0] == key:
         return hit[1]
-    manifest = parse_manifest(path)
-    _MANIFESTS[path] = (key, manifest)
+    manifest = parse_manifest(path, source)
+    _MANIFESTS[(path, source)] = (key, manifest)
     return manifest
 
 
@@ -357,13 +419,6 @@ def _broken(path: Path, key: tuple[int, int, int]) -> str | None:
     return None
 
 
-def find_manifest(target: Target, root: Path | None = None, flavor: str | None = None) -> Manifest:
-    """The target's manifest: the given flavor, or the most recently published valid one (a
-    broken manifest of another flavor is passed over with a CacheWarning, never chosen)."""
-    path, key = manifest_state(target, root, flavor)
-    return read_manifest(path, key)
-
-
 # Verification of a whole cache -----------------------------------------------------------------
 def manifests(root: Path | None = None, targets=None) -> list[Path]:
     """Every published manifest under the cache root (of the given targets)."""
@@ -387,3 +442,32 @@ def verify(root: Path | None = None, targets=None) -> tuple[int, list[str]]:
             if problem:
                 problems.append(f"{path}: kernel {entry.name}: {problem}")
     return checked, problems
+
+
+def manifest_location(
+    target: Target, root: Path | str | None = None, flavor: str | None = None
+) -> tuple[Path, tuple[int, int, int], CacheSource]:
+    """(path, file key, where found) of the manifest ``find_manifest`` reads: in the first
+    build folder of ``search_path(root)`` that holds one, the given flavor or the only / most
+    recently published one. A few stat calls; raises FileNotFoundError naming every place."""
+    looked = []
+    for folder in search_path(root):
+        base = folder.path / "cache" / f"v{FORMAT}" / target.value
+        try:
+            path, key = manifest_state_in(base, flavor)
+        except FileNotFoundError:
+            looked.append(f"{base} ({folder.source.value})")
+            continue
+        return path, key, folder.source
+    raise FileNotFoundError(
+        f"no {target.value} cache{f' of flavor {flavor}' if flavor else ''} in "
+        f"{'; '.join(looked)}: build it with `doit compile:{target.value}`, or install a "
+        "wino wheel that carries it"
+    )
+
+
+def find_manifest(
+    target: Target, root: Path | str | None = None, flavor: str | None = None
+) -> Manifest:
+    """The target's manifest (see ``manifest_location``), parsed once per published file."""
+    return read_manifest(*manifest_location(target, root, flavor))

@@ -28,7 +28,7 @@ from ..launch import FORMAT
 from ..specs import StageSpec, spec_from_fields
 from .header import HEADER, header_text
 from .paths import source_path, write_if_changed
-from .toolchains import Toolchain, compile_source
+from .toolchains import Compiled, Toolchain, compile_source
 
 
 def sha256_text(text: str) -> str:
@@ -110,23 +110,29 @@ def compile_kernel(kb: KernelBinary, src: Path) -> dict[str, Any]:
     bin_dir.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{kb.name}-{os.getpid()}-", dir=bin_dir))
     try:
-        out = compile_source(kb.toolchain, src, kb.name, scratch)
-        report: dict[str, Any] = {
-            "name": kb.name,
-            "binary": kb.binary.relative_to(kb.directory).as_posix(),
-            "source_sha256": kb.source_sha256,
-            "registers": out.report["registers"],
-            "spills": out.report["spills"],
-            "extra": dict(out.report["extra"]),
-            "log": out.log,
-        }
-        for kind, path in sorted(out.artefacts.items()):
-            final = kb.directory / f"{kb.stem}.{kind}"
-            report["extra"][f"{kind}_sha256"] = _publish(path, final)
-            report["extra"][kind] = final.relative_to(kb.directory).as_posix()
-        report["sha256"] = _publish(out.binary, kb.binary)
+        return publish_compiled(kb, compile_source(kb.toolchain, src, kb.name, scratch))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def publish_compiled(kb: KernelBinary, out: Compiled) -> dict[str, Any]:
+    """Move a compile's outputs (files on the same filesystem as bin/: a local compile's scratch
+    folder, or what a remote worker sent, wino.scale.build) to kb's addresses; the report is
+    written last (present = complete). Returns the report dict."""
+    report: dict[str, Any] = {
+        "name": kb.name,
+        "binary": kb.binary.relative_to(kb.directory).as_posix(),
+        "source_sha256": kb.source_sha256,
+        "registers": out.report["registers"],
+        "spills": out.report["spills"],
+        "extra": dict(out.report["extra"]),
+        "log": out.log,
+    }
+    for kind, path in sorted(out.artefacts.items()):
+        final = kb.directory / f"{kb.stem}.{kind}"
+        report["extra"][f"{kind}_sha256"] = _publish(path, final)
+        report["extra"][kind] = final.relative_to(kb.directory).as_posix()
+    report["sha256"] = _publish(out.binary, kb.binary)
     cache.atomic_write(kb.report, json.dumps(report, indent=1, sort_keys=True) + "\n")
     return report
 

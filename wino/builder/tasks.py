@@ -12,6 +12,7 @@ Task names (`doit list --all` shows them):
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from ..specs import spec_from_fields
 from .cache_writer import KernelBinary, build_kernel, write_target_manifest
 from .errors import one_line
 from .plan import TargetPlan
+from .reporter import NOTICE
 from .toolchains import CompileError, Toolchain
 
 # Actions -----------------------------------------------------------------------------------------
@@ -161,17 +163,24 @@ def _published(plan: TargetPlan, manifests: list[str]) -> tuple:
 
 
 def compile_task(plan: TargetPlan) -> dict:
-    """compile:<target>: the target's kernels and manifest; nothing when skipped."""
+    """compile:<target>: the target's kernels and manifest; when the target (or one of its
+    archs) is skipped, it says why on stderr: only when the target is asked for."""
     target = plan.target.value
+    notice = {"actions": [(notice_action, (plan.messages,))], "meta": NOTICE}
     if not plan.toolchains:
         why = "; ".join(plan.messages) or "no toolchain"
-        return {"name": target, "actions": None, "doc": f"skipped: {why}"}
+        return {"name": target, **notice, "doc": f"skipped: {why}"}
     return {
         "name": target,
-        "actions": None,
+        **(notice if plan.messages else {"actions": None}),
         "task_dep": [f"manifest:{target}"],
         "doc": f"build the {target} cache ({len(plan.jobs)} kernels, then the manifest)",
     }
+
+
+def notice_action(messages: tuple[str, ...]) -> None:
+    for message in messages:
+        print(message, file=sys.stderr)
 
 
 # Checks ------------------------------------------------------------------------------------------

@@ -123,6 +123,7 @@ class Plan:
             f"plan {self.kind} for {self.problem.label()} on {self.target.value} "
             f"({self.manifest.flavor}), tile {self.tile.name}, specs from {self.source}",
             f"  {self.kind}: {self.reason}",
+            f"  cache {self.manifest.origin()}",
             f"  batch split {self.batch_split}: chunks {self.chunks}",
             f"  workspace {self.workspace_bytes} bytes: "
             + ", ".join(
@@ -135,11 +136,11 @@ class Plan:
                 if isinstance(step, GemmStep):
                     lines.append(f"    {step.stage.short:4} {step.name}")
                 else:
-                    args = " ".join(f"{k}={v}" for k, v in step.launch.kernargs.items())
                     lines.append(
                         f"    {step.stage.short:4} {step.name} grid={step.launch.grid}"
-                        f" block={step.launch.block} {args}"
+                        f" block={step.launch.block}"
                     )
+                    lines += [f"         {text}" for text in kernargs_text(step.launch.kernargs)]
         return "\n".join(lines)
 
     # Running ---------------------------------------------------------------------------------
@@ -172,6 +173,18 @@ class Plan:
         from .graphs import capture
 
         return capture(self, x, w, y, workspace, U)
+
+
+def kernargs_text(kernargs: dict[str, int]) -> list[str]:
+    """The kernel arguments for people: the extents by name, then each magic pair (the
+    ``m_X``, ``s_X`` fields, wino.launch.KERNARG_MAGICS) as the division by X it stands for."""
+    extents = {k: v for k, v in kernargs.items() if not k.startswith(("m_", "s_"))}
+    divisors = [k[2:] for k in kernargs if k.startswith("m_")]
+    lines = ["args " + " ".join(f"{k}={v}" for k, v in extents.items())]
+    if divisors:
+        pairs = (f"/{d} ({kernargs[f'm_{d}']:#x}, >>{kernargs[f's_{d}']})" for d in divisors)
+        lines.append("magic pairs " + ", ".join(pairs))
+    return lines
 
 
 def plan_layout(problem: Problem, tile: Tile, specs: dict[Stage, StageSpec], chunk: int):
@@ -325,9 +338,9 @@ def dispatch(
     tile = coerce(Tile, tile, "tile") if tile is not None else None
     frozen = None if specs is None else tuple(sorted(specs.items(), key=lambda kv: kv[0].value))
     key = (problem, target, tile, batch_split, workspace_limit, cache_root, frozen, kind)
-    base, db = _locations(target, cache_root, os.environ.get("WINO_BUILD"))
-    try:
-        state = (cache.manifest_state_in(base), (db, cache._file_key(db)))
+    _, db = _locations(target, cache_root, os.environ.get("WINO_BUILD"))
+    try:  # the manifest along the search path (./build, the checkout, an installed wheel)
+        state = (cache.manifest_location(target, cache_root), (db, cache._file_key(db)))
     except FileNotFoundError:  # no cache: a refusal still says what is wrong with the problem
         _assemble(
             problem, target, tile, batch_split, workspace_limit, cache_root, specs, None, kind
@@ -353,7 +366,7 @@ def _assemble(
     workspace_limit: int | None,
     cache_root: Path | None,
     specs: dict[Stage, StageSpec] | None,
-    manifest_at: tuple[Path, tuple[int, int, int]] | None,
+    manifest_at: tuple[Path, tuple[int, int, int], cache.CacheSource] | None,
     kind: tuple[str, str, str | None],
 ) -> Plan:
     plan_kind, reason, algorithm = kind
