@@ -187,7 +187,10 @@ def _timed_plan(plan, xt, wt, timer):
     y = torch.empty((p.N, p.Ho, p.Wo, p.K), dtype=xt.dtype, device=xt.device)
     workspace = cupy.empty(plan.workspace_bytes, dtype=cupy.uint8)
     u = plan.transform_filter(wt, workspace)  # U cached: the inference case
-    return timer.time_us(lambda s: plan.run(xt, y=y, workspace=workspace, U=u)), y
+    # torch tensors launch on torch's current stream unless told: the timer's capture stream
+    # must be named, or the graph it captures is empty (1-2 us per "call").
+    stream = timer.stream
+    return timer.time_us(lambda s: plan.run(xt, y=y, workspace=workspace, U=u, stream=stream)), y
 
 
 def _cudnn_issue(torch, xt, wt):
