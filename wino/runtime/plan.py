@@ -298,6 +298,8 @@ def dispatch(
     Refused (with the rule id) for problems wino does not serve, KeyError naming a missing
     kernel and the command that builds it, FileNotFoundError when no cache exists."""
     seen = None
+    if target is None:  # resolved every call: whether CUDA is usable is not cached
+        target = _pick_target(target)
     if specs is None:
         env = os.environ.get("WINO_BUILD")
         seen = (problem, algorithm, target, tile, batch_split, workspace_limit, cache_root, env)
