@@ -23,7 +23,7 @@ from .launch import stage_launch
 from .problem import Problem
 from .refusals import Refused
 from .specs import StageSpec
-from .vocab import DType, Prescale, Stage, Tile
+from .vocab import DType, Prescale, Stage, Tile, coerce
 
 _DIRECTIONS = {"ascending": 1, "descending": -1}
 
@@ -127,8 +127,9 @@ def default_stage_specs(
     ``dtype`` overrides the problem's. Without ``ranking``: among the grid's specs, always
     inside the grid, Refused when nothing fits. With ``ranking`` (a manifest's specs): among
     those, and the grid's pick (which names what is missing) when none of them fits."""
-    dtype = dtype or problem.dtype
-    xdtype = xdtype or default_xdtype(dtype)
+    tile = coerce(Tile, tile, "tile")
+    dtype = problem.dtype if dtype is None else coerce(DType, dtype, "dtype")
+    xdtype = default_xdtype(dtype) if xdtype is None else coerce(DType, xdtype, "xdtype")
     probe = replace(problem, N=1, dtype=dtype)
     if ranking is None:
         return _pick(tile, dtype, xdtype, probe, candidates)
