@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from ..launch import (
     workspace_bytes,
     workspace_layout,
 )
-from ..pick import default_fused_specs, default_stage_specs
+from ..pick import Ranking, default_fused_specs, default_stage_specs
 from ..problem import Problem
 from ..refusals import Refused, check_problem
 from ..specs import RtInputSpec, StageSpec
@@ -283,6 +284,14 @@ def _pick_target(target: Target | str | None) -> Target:
 _PLANS: dict[tuple, tuple[tuple, Plan]] = {}
 PLAN_CACHE_SIZE = 4096
 
+#: How long a seen dispatch trusts the cache files it last looked at (seconds): a manifest or
+#: tuning DB published by another process is noticed within this time; one published by this
+#: process (``wino.cache.atomic_write``, ``tuning.record``) or after ``invalidate()`` at once.
+REVALIDATE_S = 0.05
+
+#: Seen calls by their arguments as given: key -> (trusted until, publications, plan).
+_SEEN: dict[tuple, tuple[float, int, Plan]] = {}
+
 
 @functools.lru_cache(maxsize=64)
 def _locations(target: Target, cache_root, env: str | None) -> tuple[Path, Path]:
@@ -293,6 +302,13 @@ def _locations(target: Target, cache_root, env: str | None) -> tuple[Path, Path]
 def clear_plan_cache() -> None:
     """Forget every cached plan (the manifest and tuning-DB caches check the files anyway)."""
     _PLANS.clear()
+    _SEEN.clear()
+
+
+def invalidate() -> None:
+    """Make the next dispatch of every seen problem look at the cache files again (for a
+    manifest or tuning DB that another process published less than REVALIDATE_S ago)."""
+    _SEEN.clear()
 
 
 def _pick_algorithm(algorithm: str | None, specs) -> tuple[str, str]:
@@ -327,12 +343,35 @@ def dispatch(
     """Assemble the plan for ``problem`` from the cache (no compiler involved).
 
     Plans are cached per process by every argument and by the state (path, mtime, size,
-    inode) of the manifest and tuning DB they were made from: a seen problem costs a few stat
-    calls and returns the same Plan object, whose backend, kernel handles and packed kernargs
-    are then reused. ``algorithm``: None (dispatch chooses: unfused2d_rt until a measured
-    crossover exists), "unfused" or "fused" (docs/FUSED.md). Raises Refused (with the rule id)
-    for problems wino does not serve, KeyError naming a missing kernel and the command that
-    builds it, FileNotFoundError when no cache exists."""
+    inode) of the manifest and tuning DB they were made from. A seen call is one dict lookup
+    and returns the same Plan object, whose backend, kernel handles and packed kernargs are
+    then reused; it looks at the files again (a few stat calls) once REVALIDATE_S has passed,
+    after this process published a manifest or tuning DB, or after ``invalidate()``. ``algorithm``: None (dispatch chooses: unfused2d_rt until a
+    measured crossover exists), "unfused" or "fused" (docs/FUSED.md). Raises
+    Refused (with the rule id) for problems wino does not serve, KeyError naming a missing
+    kernel and the command that builds it, FileNotFoundError when no cache exists."""
+    seen = None
+    if target is None:  # resolved every call: whether CUDA is usable is not cached
+        target = _pick_target(target)
+    if specs is None:
+        env = os.environ.get("WINO_BUILD")
+        seen = (problem, algorithm, target, tile, batch_split, workspace_limit, cache_root, env)
+        hit = _SEEN.get(seen)
+        if hit is not None and time.monotonic() < hit[0] and hit[1] == cache.publications:
+            return hit[2]
+    publications = cache.publications
+    plan = _dispatch(
+        problem, algorithm, target, tile, batch_split, workspace_limit, cache_root, specs
+    )
+    if seen is not None:
+        if len(_SEEN) >= PLAN_CACHE_SIZE:
+            _SEEN.pop(next(iter(_SEEN)))  # the oldest
+        _SEEN[seen] = (time.monotonic() + REVALIDATE_S, publications, plan)
+    return plan
+
+
+def _dispatch(problem, algorithm, target, tile, batch_split, workspace_limit, cache_root, specs):
+    """``dispatch`` with the cache files looked at (the plan cache checked against them)."""
     kind = (*_pick_algorithm(algorithm, specs), algorithm)  # (plan kind, why, as asked)
     target = _pick_target(target)
     tile = coerce(Tile, tile, "tile") if tile is not None else None
@@ -356,6 +395,23 @@ def dispatch(
         _PLANS.pop(next(iter(_PLANS)))  # the oldest
     _PLANS[key] = (state, plan)
     return plan
+
+
+#: Default-pick rankings by manifest: id -> (manifest, ranking of the kernels it holds).
+_RANKINGS: dict[int, tuple[cache.Manifest, Ranking]] = {}
+
+
+def _ranking(manifest: cache.Manifest) -> Ranking:
+    """The default-pick order over the kernels a manifest holds (one per parsed manifest)."""
+    hit = _RANKINGS.get(id(manifest))
+    if hit is None or hit[0] is not manifest:
+        if len(_RANKINGS) >= 16:
+            _RANKINGS.pop(next(iter(_RANKINGS)))  # the oldest
+        hit = _RANKINGS[id(manifest)] = (
+            manifest,
+            Ranking(k.spec for k in manifest.kernels.values()),
+        )
+    return hit[1]
 
 
 def _assemble(
@@ -386,8 +442,11 @@ def _assemble(
     if specs is None and not fused:
         specs, source = tuning.lookup(problem, target, tile, cache_root), "tuning DB"
     if specs is None:
-        pick = default_fused_specs if fused else default_stage_specs
-        specs, source = pick(problem, tile), "default pick"
+        if fused:
+            specs = default_fused_specs(problem, tile)
+        else:
+            specs = default_stage_specs(problem, tile, ranking=_ranking(manifest))
+        source = "default pick"
     specs = _ordered(specs)
     if (Stage.FUSED in specs) != fused:
         raise ValueError(
