@@ -173,9 +173,9 @@ def default_fused_specs(
             "add a kf sub-grid to grids/stages.yaml and rebuild",
         )
     probe = replace(problem, N=1, dtype=dtype)
-    kf = _first_fit(Stage.FUSED, tile, dtype, mdtype, probe)
-    picks = {Stage.FILTER: _first_fit(Stage.FILTER, tile, dtype, mdtype, probe)}
+    kf = _first_fit(Stage.FUSED, tile, dtype, mdtype, probe, candidates)
+    picks = {Stage.FILTER: _first_fit(Stage.FILTER, tile, dtype, mdtype, probe, candidates)}
     if kf.prescale is Prescale.SPLIT:
-        picks[Stage.PRESCALE] = _first_fit(Stage.PRESCALE, tile, dtype, mdtype, probe)
+        picks[Stage.PRESCALE] = _first_fit(Stage.PRESCALE, tile, dtype, mdtype, probe, candidates)
     picks[Stage.FUSED] = kf
     return picks

@@ -346,10 +346,11 @@ def dispatch(
     inode) of the manifest and tuning DB they were made from. A seen call is one dict lookup
     and returns the same Plan object, whose backend, kernel handles and packed kernargs are
     then reused; it looks at the files again (a few stat calls) once REVALIDATE_S has passed,
-    after this process published a manifest or tuning DB, or after ``invalidate()``. ``algorithm``: None (dispatch chooses: unfused2d_rt until a
-    measured crossover exists), "unfused" or "fused" (docs/FUSED.md). Raises
-    Refused (with the rule id) for problems wino does not serve, KeyError naming a missing
-    kernel and the command that builds it, FileNotFoundError when no cache exists."""
+    after this process published a manifest or tuning DB, or after ``invalidate()``.
+    ``algorithm``: None (dispatch chooses: unfused2d_rt until a measured crossover exists),
+    "unfused" or "fused" (docs/FUSED.md). Raises Refused (with the rule id) for problems wino
+    does not serve, KeyError naming a missing kernel and the command that builds it,
+    FileNotFoundError when no cache exists."""
     seen = None
     if target is None:  # resolved every call: whether CUDA is usable is not cached
         target = _pick_target(target)
