@@ -89,7 +89,7 @@ def test_installed_wheel_runs_conv2d_from_its_packaged_cache(built, tmp_path):
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.splitlines()[-1])
     assert Path(seen["file"]).is_relative_to(site)
-    cache_line = seen["explain"].splitlines()[1]
+    (cache_line,) = [ln for ln in seen["explain"].splitlines() if ln.strip().startswith("cache ")]
     assert str(site / "wino" / "packaged" / "build") in cache_line
     assert cache_line.endswith("(the installed package)")
     assert seen["error"] <= seen["bound"]
