@@ -28,10 +28,10 @@ DTYPES = (DType.FP32, DType.FP16, DType.BF16)
 #: ours (measured 1.6e-2 with fp16 storage, 0.11 with bf16 storage at C = 256).
 FAMILY = verify.FAMILY  # tile -> family; the bounds below are the issue's own
 ISSUE_BOUNDS = {
-    "F2x2": {"fp32": 2e-6, "fp16": 2e-3, "bf16/fp16": 1.5e-2, "bf16/bf16": 1.5e-2},
-    "F4x2": {"fp32": 1e-5, "fp16": 1e-2, "bf16/fp16": 6e-2, "bf16/bf16": 6e-2},
-    "F4x4": {"fp32": 4e-5, "fp16": 3e-2, "bf16/fp16": 2e-2, "bf16/bf16": 0.2},
-    "F6x6": {"fp32": 6e-5, "fp16": 4e-2, "bf16/fp16": 4e-2, "bf16/bf16": 0.25},
+    Tile(2, 2): {"fp32": 2e-6, "fp16": 2e-3, "bf16/fp16": 1.5e-2, "bf16/bf16": 1.5e-2},
+    Tile(4, 2): {"fp32": 1e-5, "fp16": 1e-2, "bf16/fp16": 6e-2, "bf16/bf16": 6e-2},
+    Tile(4, 4): {"fp32": 4e-5, "fp16": 3e-2, "bf16/fp16": 2e-2, "bf16/bf16": 0.2},
+    Tile(6, 6): {"fp32": 6e-5, "fp16": 4e-2, "bf16/fp16": 4e-2, "bf16/bf16": 0.25},
 }
 
 
@@ -43,7 +43,7 @@ def claimed_bound(tile: Tile, dtype: DType, xdtype: DType) -> float:
 
 def issue_bound(tile: Tile, dtype: DType, xdtype: DType) -> float:
     key = f"bf16/{xdtype.short}" if dtype is DType.BF16 else dtype.short
-    return ISSUE_BOUNDS[FAMILY[tile.name]][key]
+    return ISSUE_BOUNDS[FAMILY[tile]][key]
 
 
 # Cases -----------------------------------------------------------------------------------------

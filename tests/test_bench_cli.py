@@ -17,6 +17,8 @@ from wino import cli
 from wino.bench import accuracy, results
 from wino.bench.candidates import needed_specs
 from wino.bench.host import HostDevice
+from wino.bench.modes import Compare, Timing
+from wino.bench.sweep import Options
 from wino.problem import Problem, read_miopen_file
 from wino.vocab import TILES, DType, Tile
 
@@ -248,6 +250,16 @@ def test_progress_bar_on_request(capsys, root):
 def test_usage_errors(capsys, root, argv, message):
     code, _, err = _bench(capsys, root, *argv)
     assert code == 2 and message in err
+
+
+def test_options_parse_timing_and_compare_strings():
+    options = Options(timing="staged", compare="onnxruntime")
+    assert (options.timing, options.compare) == (Timing.STAGED, Compare.ONNXRUNTIME)
+    assert (Options().timing, Options().compare) == (Timing.BLOCK, None)
+    with pytest.raises(ValueError, match=r"timing: 'blocked' is not one of \['block', 'staged'\]"):
+        Options(timing="blocked")
+    with pytest.raises(ValueError, match=r"compare: 'cudn' is not one of \['cudnn', 'onnxruntime'"):
+        Options(compare="cudn")
 
 
 def test_a_broken_case_is_reported_and_the_sweep_goes_on(capsys, root, monkeypatch):

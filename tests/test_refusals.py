@@ -12,6 +12,7 @@ from wino.problem import Problem
 from wino.refusals import (
     Refused,
     Rule,
+    Scope,
     check_problem,
     check_spec,
     problem_namespace,
@@ -349,11 +350,11 @@ _STAGE_SPECS = {
 def test_every_rule_evaluates_and_formats(rule):
     """Conditions use only defined names and messages only fill defined fields."""
     problem = Problem(N=2, C=16, H=8, W=8, K=16, pad_h=1, pad_w=1, dtype=DType.FP16)
-    if rule.scope == "problem":
+    if rule.scope is Scope.PROBLEM:
         namespaces = [problem_namespace(problem)]
     else:
         namespaces = [spec_namespace(_STAGE_SPECS[stage]) for stage in rule.stages]
-    if rule.scope == "fit":
+    if rule.scope is Scope.FIT:
         derived = dict(
             lanes=4, total=8, slots=2, RW=1, CH=1, grid_y=1, max_elems_chunk=1, max_threads_chunk=1
         )
@@ -368,7 +369,10 @@ def test_every_rule_evaluates_and_formats(rule):
 def test_rules_by_scope_and_stage():
     assert {r.id for r in rules("spec", "k1")} >= {"block_too_large", "filter_rows_below_one"}
     assert "filter_rows_below_one" not in {r.id for r in rules("spec", "k2")}
-    assert all(r.scope == "problem" for r in rules("problem"))
+    assert all(r.scope is Scope.PROBLEM for r in rules("problem"))
+    assert rules(Scope.FIT) and all(r.scope is Scope.FIT for r in rules(Scope.FIT))
+    with pytest.raises(ValueError, match=r"'probem' is not one of \['spec', 'problem', 'fit'\]"):
+        Rule("typo", "probem", ("k1",), "block > 1", "a message long enough")
     params, book = rule_book()
     assert params["max_block"] == 1024 and len({r.id for r in book}) == len(book)
 

@@ -12,7 +12,7 @@ from tests import runtime_fixtures as rf
 from wino.cli import main
 from wino.problem import Problem
 from wino.runtime import verify
-from wino.vocab import TILES, DType
+from wino.vocab import TILES, DType, Target, Tile
 
 #: In the temp cache (rf.EXTRA's default picks for every dtype).
 LINES = [
@@ -63,9 +63,9 @@ def test_no_bound_for_unsupported_storage():
 def test_run_cases_verifies_times_and_reports_refusals(root):
     problems = [Problem.from_miopen(line) for line in LINES + [r for r, _ in REFUSED]]
     results = verify.run_cases(problems, "c", cache_root=root, repeats=2)
-    assert [r.status for r in results] == ["PASS"] * 3 + ["REFUSED"] * 2
+    assert [r.status for r in results] == [verify.PASS] * 3 + [verify.REFUSED] * 2
     for result in results[:3]:
-        assert result.ok and result.target == "c" and result.tile == "F4x4"
+        assert result.ok and result.target is Target.C and result.tile == Tile(4, 4)
         assert 0 <= result.error <= result.bound
         assert result.bound == verify.bound_for(result.tile, result.problem.dtype, result.xdtype)
         assert result.time_s > 0 and len(result.kernels) == 4
@@ -81,15 +81,15 @@ def test_run_cases_verifies_times_and_reports_refusals(root):
 def test_run_cases_reports_missing_kernels_and_caches(root, tmp_path):
     odd = Problem(N=1, C=7, H=9, W=9, K=7, pad_h=1, pad_w=1)  # its pick is not built
     (missing,) = verify.run_cases([odd], "c", cache_root=root)
-    assert missing.status == "ERROR" and not missing.ok and "doit compile:c" in missing.message
+    assert missing.status is verify.ERROR and not missing.ok and "doit compile:c" in missing.message
     (nocache,) = verify.run_cases([odd], "c", cache_root=tmp_path)
-    assert nocache.status == "ERROR" and "doit compile:c" in nocache.message
+    assert nocache.status is verify.ERROR and "doit compile:c" in nocache.message
 
 
 def test_failing_bound_is_a_fail(root, monkeypatch):
-    monkeypatch.setitem(verify.BOUNDS, ("F4x4", DType.FP32, DType.FP32), 1e-12)
+    monkeypatch.setitem(verify.BOUNDS, (Tile(4, 4), DType.FP32, DType.FP32), 1e-12)
     (result,) = verify.run_cases([Problem.from_miopen(LINES[0])], "c", cache_root=root, repeats=1)
-    assert result.status == "FAIL" and not result.ok and result.error > 1e-12
+    assert result.status is verify.FAIL and not result.ok and result.error > 1e-12
 
 
 def test_format_results():
@@ -107,6 +107,14 @@ def test_format_results():
     assert "[stride_not_1] stride 2x2" in lines[2] and lines[3].startswith("ERROR")
     assert "not in the c cache" in lines[3]
     assert lines[4] == "4 case(s): 1 passed, 1 failed, 1 error(s), 1 refused (skipped)"
+
+
+def test_case_result_parses_strings():
+    p = Problem.from_miopen(LINES[1])
+    result = verify.CaseResult(p, "REFUSED", "cuda", "f6x4")
+    assert (result.status, result.target, result.tile) == (verify.REFUSED, Target.CUDA, Tile(6, 4))
+    with pytest.raises(ValueError, match=r"'PASSED' is not one of \['PASS', 'FAIL', 'REFUSED'"):
+        verify.CaseResult(p, "PASSED")
 
 
 # `wino run` ------------------------------------------------------------------------------------
@@ -134,7 +142,7 @@ def test_wino_run_reads_files_and_forces_a_tile(root, tmp_path, capsys):
 
 
 def test_wino_run_fails_with_exit_1(root, monkeypatch, capsys):
-    monkeypatch.setitem(verify.BOUNDS, ("F4x4", DType.FP16, DType.FP16), 1e-9)
+    monkeypatch.setitem(verify.BOUNDS, (Tile(4, 4), DType.FP16, DType.FP16), 1e-9)
     assert _cli(root, "--miopen-cmd", LINES[1]) == 1
     assert capsys.readouterr().out.startswith("FAIL")
     odd = "conv -n 1 -c 7 -H 9 -W 9 -k 7 -p 1 -q 1"  # not in the cache: ERROR, exit 1

@@ -7,7 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 from . import config, grid
-from .refusals import rule_book
+from .refusals import Scope, rule_book
 from .specs import StageSpec
 from .vocab import TILES, DType, K2Path, Prescale, Stage
 
@@ -110,7 +110,7 @@ def _tile_key(spec: StageSpec) -> tuple:
 
 
 def _problem_section() -> list[str]:
-    rows = [[f"`{r.id}`", f"`{r.when}`"] for r in rule_book()[1] if r.scope == "problem"]
+    rows = [[f"`{r.id}`", f"`{r.when}`"] for r in rule_book()[1] if r.scope is Scope.PROBLEM]
     intro = (
         "Problems: 3x3 filters, stride 1, any padding, dilation >= 1, groups dividing C "
         "and K, NHWC input and KRSC filters. These problem rules refuse the rest:"

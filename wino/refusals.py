@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import enum
 import operator
 import re
 import string
@@ -31,7 +32,7 @@ from .fused import fused_namespace
 from .geometry import ceil_div, elems_one_image, lds_bytes
 from .problem import Problem
 from .specs import RtFusedSpec, RtInputSpec, StageSpec
-from .vocab import TILES, Tile
+from .vocab import TILES, Tile, coerce
 
 
 class Refused(Exception):
@@ -153,14 +154,25 @@ def evaluate(tree: ast.Expression, namespace: dict[str, Any]) -> Any:
         evaluator.names = {}
 
 
+class Scope(enum.Enum):
+    """What a rule reads: a spec's knobs, a problem, or both with the launch's derived sizes."""
+
+    SPEC = "spec"
+    PROBLEM = "problem"
+    FIT = "fit"
+
+
 @dataclass(frozen=True)
 class Rule:
     id: str
-    scope: str  # "spec", "problem" or "fit"
+    scope: Scope  # its YAML string ("spec", "problem" or "fit") parses to its member
     stages: tuple[str, ...]
     when: str
     message: str
     where: str = "refusals.yaml"  # file:line of the rule, for messages
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scope", coerce(Scope, self.scope, f"rule {self.id}: scope"))
 
     def _error(self, what: str) -> config.ConfigError:
         return config.ConfigError(f"{self.where}: rule {self.id}: {what}")
@@ -280,8 +292,8 @@ def rule_book() -> tuple[dict[str, int], tuple[Rule, ...]]:
     path = config.GRIDS / "refusals.yaml"
     lines = _rule_lines(path)
     rules = []
-    for scope in ("spec", "problem", "fit"):
-        for entry in data[f"{scope}_rules"]:
+    for scope in Scope:
+        for entry in data[f"{scope.value}_rules"]:
             stages = tuple(entry.get("stages", ()))
             where = f"{path}:{lines.get(entry['id'], '?')}"
             rules.append(Rule(entry["id"], scope, stages, entry["when"], entry["message"], where))
@@ -310,9 +322,9 @@ def probe(rule: Rule, params: dict[str, Any]) -> None:
     from .vocab import Stage
 
     specs = [SPEC_CLASSES[Stage(stage)]() for stage in rule.stages]
-    if rule.scope == "spec":
+    if rule.scope is Scope.SPEC:
         namespaces = [_spec_ns(spec, params) for spec in specs]
-    elif rule.scope == "problem":
+    elif rule.scope is Scope.PROBLEM:
         namespaces = [_problem_ns(p, params) for p in _PROBE_PROBLEMS]
     else:
         derived = dict.fromkeys(FIT_DERIVED, 1)
@@ -326,9 +338,9 @@ def probe(rule: Rule, params: dict[str, Any]) -> None:
         rule.refusal(namespace)
 
 
-def rules(scope: str, stage: str | None = None) -> list[Rule]:
-    _, book = rule_book()
-    return [r for r in book if r.scope == scope and (stage is None or stage in r.stages)]
+def rules(scope: Scope | str, stage: str | None = None) -> list[Rule]:
+    scope, (_, book) = coerce(Scope, scope, "scope"), rule_book()
+    return [r for r in book if r.scope is scope and (stage is None or stage in r.stages)]
 
 
 # Namespaces ------------------------------------------------------------------------------------
@@ -373,7 +385,7 @@ def _problem_ns(problem: Problem, params: dict[str, Any], tile: Tile | None = No
 def spec_refusal(spec: StageSpec) -> Refused | None:
     """The first spec rule the spec breaks, or None."""
     ns = spec_namespace(spec)
-    for rule in rules("spec", spec.stage.short):
+    for rule in rules(Scope.SPEC, spec.stage.short):
         if rule.fires(ns):
             return rule.refusal(ns)
     return None
@@ -388,7 +400,7 @@ def check_spec(spec: StageSpec) -> None:
 def check_problem(problem: Problem, tile: Tile | None = None) -> None:
     """Raise Refused for the first problem rule the problem breaks."""
     ns = problem_namespace(problem, tile)
-    for rule in rules("problem"):
+    for rule in rules(Scope.PROBLEM):
         if rule.fires(ns):
             raise rule.refusal(ns)
 
@@ -396,6 +408,6 @@ def check_problem(problem: Problem, tile: Tile | None = None) -> None:
 def check_fit(spec: StageSpec, problem: Problem, derived: dict[str, Any]) -> None:
     """Raise Refused for the first fit rule (spec x problem, with the launch's derived sizes)."""
     ns = {**problem_namespace(problem, spec.tile), **spec_namespace(spec), **derived}
-    for rule in rules("fit", spec.stage.short):
+    for rule in rules(Scope.FIT, spec.stage.short):
         if rule.fires(ns):
             raise rule.refusal(ns)

@@ -7,7 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..vocab import coerce
 from .cases import SHAPE_FLAGS
+from .modes import Compare, Timing
 
 EXIT_UNAVAILABLE = 2
 EXIT_FAILED = 1  # some case failed, broke or could not be read (the run went on)
@@ -78,8 +80,8 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--timing",
-        choices=["block", "staged"],
-        default="block",
+        choices=[t.value for t in Timing],
+        default=Timing.BLOCK.value,
         help="block: the whole chain timed; staged: each stage timed alone",
     )
     run.add_argument(
@@ -138,7 +140,7 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--compare",
-        choices=["cudnn"],
+        choices=[Compare.CUDNN.value],
         help="time PyTorch's conv2d (cuDNN) on the same tensors (cuda only)",
     )
     parser.add_argument(
@@ -253,7 +255,7 @@ def _device(args: argparse.Namespace, target):
 def sweep_options(
     args: argparse.Namespace,
     verify: bool,
-    compare: str | None,
+    compare: Compare | str | None,
     skip_measured: bool = False,
     recheck: bool = False,
 ):
@@ -261,7 +263,8 @@ def sweep_options(
     from .sweep import Options
 
     target = _target(args.target)
-    if compare == "cudnn" and target.value != "cuda":
+    compare = None if compare is None else coerce(Compare, compare, "--compare")
+    if compare is Compare.CUDNN and target.value != "cuda":
         raise ValueError("--compare cudnn needs the cuda target (PyTorch on the GPU)")
     if skip_measured and args.results is None:
         raise ValueError("--skip-measured needs --results (the CSV to resume)")
@@ -271,7 +274,7 @@ def sweep_options(
         raise ValueError("--dask-shards needs --dask SCHEDULER|local")
     options = Options(
         tiles=_tiles(args.tile),
-        timing=args.timing,
+        timing=Timing(args.timing),
         verify=verify,
         compare=compare,
         candidate_limit=args.candidates,
@@ -300,7 +303,7 @@ def _header(command: str, sweep, cases) -> None:
     check = "" if o.verify else ", NOT verified (--no-verify): figures are labelled unverified"
     print(
         f"wino {command}: {len(cases)} case(s) on {d.target.value} ({d.manifest.flavor}), "
-        f"timing {o.timing}, tiles {tiles}{check}",
+        f"timing {o.timing.value}, tiles {tiles}{check}",
         flush=True,
     )
 

@@ -15,12 +15,13 @@ from pathlib import Path
 
 from ..problem import Problem
 from ..refusals import Refused, check_problem
-from ..vocab import TILES, Stage, Tile
+from ..vocab import TILES, Stage, Tile, coerce
 from . import accuracy, results
 from .candidates import Candidates, families
 from .cases import case_key
 from .compare import DirectResult
 from .device import Device, Operands
+from .modes import Compare, Timing
 from .roofline import bandwidth_gbs, bound_us, stage_bytes
 from .select import Pick, Prober, select
 
@@ -30,12 +31,18 @@ Say = Callable[[str], None]
 @dataclass(frozen=True)
 class Options:
     tiles: tuple[Tile, ...] = TILES
-    timing: str = "block"
+    timing: Timing = Timing.BLOCK
     verify: bool = False
-    compare: str | None = None  # "cudnn"
+    compare: Compare | None = None
     candidate_limit: int | None = None  # candidates per stage; None: the device's default
     cache_root: Path | None = None
     recheck: bool = False  # time each tile's pipeline twice (wino tune's noise check)
+
+    def __post_init__(self) -> None:
+        """Strings parse to their members ("staged", "cudnn"); a bad one lists the valid values."""
+        object.__setattr__(self, "timing", coerce(Timing, self.timing, "timing"))
+        if self.compare is not None:
+            object.__setattr__(self, "compare", coerce(Compare, self.compare, "compare"))
 
 
 @dataclass
@@ -113,7 +120,7 @@ def bench_case(problem: Problem, device: Device, options: Options, say: Say) -> 
         if tile_run is not None:
             run.tiles.append(tile_run)
             say(tile_line(problem, tile_run))
-    if options.compare == "cudnn":
+    if options.compare is Compare.CUDNN:
         from .compare import cudnn
 
         run.direct = cudnn(problem, device, operands, ref)
@@ -172,12 +179,12 @@ def verify(pick: Pick, device: Device, operands: Operands, ref) -> float:
 
 
 def time_pick(
-    pick: Pick, device: Device, operands: Operands, timing: str
+    pick: Pick, device: Device, operands: Operands, timing: Timing
 ) -> tuple[dict[Stage, float], float]:
     """(stage times, total): staged re-times each stage alone; block times the whole chain
     (K1 included) and keeps the selection's stage times."""
     plan, prober = pick.plan, pick.prober
-    if timing == "staged":
+    if timing is Timing.STAGED:
         stage_us = {stage: prober.time_stage(plan, stage, final=True) for stage in pick.stage_us}
         return stage_us, sum(stage_us.values())
     workspace, backend = prober.workspace(plan), device.backend
@@ -227,13 +234,13 @@ def case_columns(problem: Problem, target: str) -> results.Row:
     return row
 
 
-def tile_row(problem: Problem, run: TileRun, device: Device, timing: str) -> results.Row:
+def tile_row(problem: Problem, run: TileRun, device: Device, timing: Timing) -> results.Row:
     plan = run.pick.plan
     row = case_columns(problem, device.target.value)
     row.update(
         engine="wino",
         tile=plan.tile.name,
-        timing=timing,
+        timing=timing.value,
         xdtype=plan.xdtype.short,
         batch_split=str(plan.batch_split),
     )
@@ -283,7 +290,7 @@ def direct_row(problem: Problem, direct: DirectResult, device: Device) -> result
     return row
 
 
-def case_rows(run: CaseRun, device: Device, timing: str) -> list[results.Row]:
+def case_rows(run: CaseRun, device: Device, timing: Timing) -> list[results.Row]:
     rows = [tile_row(run.problem, t, device, timing) for t in run.tiles]
     if run.direct is not None:
         rows.append(direct_row(run.problem, run.direct, device))

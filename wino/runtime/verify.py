@@ -9,6 +9,7 @@ times the plan (the median of a few runs after the verifying run, which is the w
 
 from __future__ import annotations
 
+import enum
 import statistics
 import time
 from dataclasses import dataclass
@@ -18,22 +19,23 @@ import numpy as np
 
 from ..problem import Problem
 from ..refusals import Refused
-from ..vocab import DType, Target, Tile
+from ..vocab import DType, Target, Tile, coerce
 from .arrays import numpy_dtype
 from .plan import Plan, dispatch
 from .reference import conv2d_reference, relative_error
 
 #: Tiles grouped by how much the transforms amplify rounding (the points they interpolate at).
-FAMILY = {
-    "F2x2": "F2x2",
-    "F4x2": "F4x2",
-    "F2x4": "F4x2",
-    "F6x2": "F4x2",
-    "F2x6": "F4x2",
-    "F4x4": "F4x4",
-    "F6x4": "F4x4",
-    "F4x6": "F4x4",
-    "F6x6": "F6x6",
+_F2x2, _F4x2, _F4x4, _F6x6 = Tile(2, 2), Tile(4, 2), Tile(4, 4), Tile(6, 6)
+FAMILY: dict[Tile, Tile] = {
+    Tile(2, 2): _F2x2,
+    Tile(4, 2): _F4x2,
+    Tile(2, 4): _F4x2,
+    Tile(6, 2): _F4x2,
+    Tile(2, 6): _F4x2,
+    Tile(4, 4): _F4x4,
+    Tile(6, 4): _F4x4,
+    Tile(4, 6): _F4x4,
+    Tile(6, 6): _F6x6,
 }
 
 #: max|out - ref| / max|ref| bounds per tile family, io dtype and transformed storage dtype
@@ -43,26 +45,36 @@ FAMILY = {
 #: 4.2e-6 / 3.2e-3 / 4.5e-3 / 2.6e-2; F4x4 family 5.5e-6 / 1.4e-2 / 1.5e-2 (F6x4) / 9.0e-2;
 #: F6x6 6.8e-6 / 1.4e-2 / 1.6e-2 / 0.11. bf16 with fp16 storage (the default pick) is about 6x
 #: more accurate than bf16 storage.
-BOUNDS: dict[tuple[str, DType, DType], float] = {
-    ("F2x2", DType.FP32, DType.FP32): 2e-6,
-    ("F2x2", DType.FP16, DType.FP16): 2e-3,
-    ("F2x2", DType.BF16, DType.FP16): 1e-2,
-    ("F2x2", DType.BF16, DType.BF16): 1.5e-2,
-    ("F4x2", DType.FP32, DType.FP32): 1e-5,
-    ("F4x2", DType.FP16, DType.FP16): 1e-2,
-    ("F4x2", DType.BF16, DType.FP16): 2e-2,
-    ("F4x2", DType.BF16, DType.BF16): 6e-2,
-    ("F4x4", DType.FP32, DType.FP32): 4e-5,
-    ("F4x4", DType.FP16, DType.FP16): 3e-2,
-    ("F4x4", DType.BF16, DType.FP16): 2e-2,
-    ("F4x4", DType.BF16, DType.BF16): 0.2,
-    ("F6x6", DType.FP32, DType.FP32): 6e-5,
-    ("F6x6", DType.FP16, DType.FP16): 4e-2,
-    ("F6x6", DType.BF16, DType.FP16): 4e-2,
-    ("F6x6", DType.BF16, DType.BF16): 0.25,
+BOUNDS: dict[tuple[Tile, DType, DType], float] = {
+    (_F2x2, DType.FP32, DType.FP32): 2e-6,
+    (_F2x2, DType.FP16, DType.FP16): 2e-3,
+    (_F2x2, DType.BF16, DType.FP16): 1e-2,
+    (_F2x2, DType.BF16, DType.BF16): 1.5e-2,
+    (_F4x2, DType.FP32, DType.FP32): 1e-5,
+    (_F4x2, DType.FP16, DType.FP16): 1e-2,
+    (_F4x2, DType.BF16, DType.FP16): 2e-2,
+    (_F4x2, DType.BF16, DType.BF16): 6e-2,
+    (_F4x4, DType.FP32, DType.FP32): 4e-5,
+    (_F4x4, DType.FP16, DType.FP16): 3e-2,
+    (_F4x4, DType.BF16, DType.FP16): 2e-2,
+    (_F4x4, DType.BF16, DType.BF16): 0.2,
+    (_F6x6, DType.FP32, DType.FP32): 6e-5,
+    (_F6x6, DType.FP16, DType.FP16): 4e-2,
+    (_F6x6, DType.BF16, DType.FP16): 4e-2,
+    (_F6x6, DType.BF16, DType.BF16): 0.25,
 }
 
-PASS, FAIL, REFUSED, ERROR = "PASS", "FAIL", "REFUSED", "ERROR"
+
+class Status(enum.Enum):
+    """A case's outcome, printed as its value."""
+
+    PASS = "PASS"  # error within the bound
+    FAIL = "FAIL"  # error past the bound
+    REFUSED = "REFUSED"  # a refusal rule (a skip, not a failure)
+    ERROR = "ERROR"  # no plan, no binary, or the run raised
+
+
+PASS, FAIL, REFUSED, ERROR = Status
 
 
 def bound_for(tile: Tile | str, dtype: DType | str, xdtype: DType | str | None = None) -> float:
@@ -73,7 +85,7 @@ def bound_for(tile: Tile | str, dtype: DType | str, xdtype: DType | str | None =
     if xdtype is None:
         xdtype = DType.FP32 if dtype is DType.FP32 else DType.FP16
     xdtype = DType.parse(xdtype) if isinstance(xdtype, str) else xdtype
-    key = (FAMILY[tile.name], dtype, xdtype)
+    key = (FAMILY[tile], dtype, xdtype)
     if key not in BOUNDS:
         raise ValueError(
             f"no error bound for {tile.name} io {dtype.short} with "
@@ -87,9 +99,9 @@ class CaseResult:
     """One problem's outcome: PASS / FAIL (error against bound), REFUSED (rule id), ERROR."""
 
     problem: Problem
-    status: str
-    target: str = ""
-    tile: str = ""
+    status: Status
+    target: Target | None = None
+    tile: Tile | None = None
     xdtype: str = ""
     error: float | None = None
     bound: float | None = None
@@ -97,6 +109,12 @@ class CaseResult:
     rule: str = ""
     message: str = ""
     kernels: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Strings parse to members ("PASS", "c", "F4x4"); a bad one lists the valid values."""
+        self.status = coerce(Status, self.status, "CaseResult.status")
+        self.target = None if self.target in (None, "") else coerce(Target, self.target, "target")
+        self.tile = None if self.tile in (None, "") else coerce(Tile, self.tile, "tile")
 
     @property
     def ok(self) -> bool:
@@ -208,8 +226,8 @@ def run_case(
     result = CaseResult(
         problem,
         ERROR,
-        target=plan.target.value,
-        tile=plan.tile.name,
+        target=plan.target,
+        tile=plan.tile,
         xdtype=plan.xdtype.short,
         kernels=tuple(s.name for s in plan.steps),
     )
@@ -271,19 +289,19 @@ def format_results(results: list[CaseResult]) -> str:
     summary line."""
     lines = []
     for r in results:
-        head = f"{r.status:<8} {r.problem.label()}"
-        if r.status == REFUSED:
+        head = f"{r.status.value:<8} {r.problem.label()}"
+        if r.status is REFUSED:
             lines.append(f"{head}  [{r.rule}] {r.message}")
         elif r.error is None:
             where = f"  {r.tile} x{r.xdtype}" if r.tile else ""
             lines.append(f"{head}{where}  {r.message}")
         else:
-            relation = "<=" if r.status == PASS else ">"
+            relation = "<=" if r.status is PASS else ">"
             lines.append(
-                f"{head}  {r.tile} x{r.xdtype} on {r.target}  err {r.error:.2e} "
+                f"{head}  {r.tile} x{r.xdtype} on {r.target.value}  err {r.error:.2e} "
                 f"{relation} bound {r.bound:.1e}  time {_time_text(r.time_s)}"
             )
-    count = {s: sum(r.status == s for r in results) for s in (PASS, FAIL, REFUSED, ERROR)}
+    count = {s: sum(r.status is s for r in results) for s in Status}
     lines.append(
         f"{len(results)} case(s): {count[PASS]} passed, {count[FAIL]} failed, "
         f"{count[ERROR]} error(s), {count[REFUSED]} refused (skipped)"
