@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from .. import cache
 from ..vocab import DType
@@ -59,6 +62,7 @@ class HostBackend(Backend):
     def __init__(self, manifest: cache.Manifest):
         super().__init__(manifest)
         self._functions: dict[str, ctypes._CFuncPtr] = {}
+        self._gemm = HostGemm(host_threads())
 
     def function(self, name: str):
         if name not in self._functions:
@@ -112,18 +116,84 @@ class HostBackend(Backend):
             and array.dtype == numpy_dtype(dtype)
         )
 
-    @staticmethod
-    def gemm(step: GemmStep, V: np.ndarray, U: np.ndarray, M: np.ndarray, images: int) -> None:
-        """M[a][g] = V[a][g] . U[a][g]^T in fp32 (16-bit operands widened, fp32 accumulate).
+    def gemm(self, step: GemmStep, V, U, M, images: int) -> None:
+        """M[a][g] = V[a][g] . U[a][g]^T in fp32 (16-bit operands widened, fp32 accumulate)."""
+        self._gemm.run(V, U, M)
 
-        One BLAS GEMM per (bin, group, image): a BLAS kernel's blocking, and so its rounding,
-        depends on the row count, and per image the row count is the same for every batch
-        split, so a split changes no bit of the result."""
+
+class HostGemm:
+    """K3 on the host: one single-threaded BLAS GEMM per (bin, group) over the whole chunk,
+    the A * G GEMMs spread over a pool of ``threads`` workers (the kernels' OpenMP width).
+
+    Why not the BLAS's own threads: numpy's OpenBLAS splits each GEMM of a Winograd chunk
+    (a few hundred rows) over its threads and synchronises them per call; on a small, shared
+    machine that costs more than the GEMM (measured: 5-20x slower than one thread per GEMM).
+    The BLAS is held to one thread (threadpoolctl) while the workers run.
+
+    A row's result does not depend on the chunk: OpenBLAS's sgemm kernels accumulate each
+    element over C/G in the same order for any row count, so a batch split changes no bit
+    (tests/test_runtime_host.py checks it). 16-bit operands are widened one bin at a time into
+    per-worker fp32 scratch that is kept between calls (no allocation per call once warm)."""
+
+    def __init__(self, threads: int):
+        self.threads = max(1, threads)
+        self._pool = None
+        self._controller = None
+        self._scratch: dict[tuple[int, str], np.ndarray] = {}
+
+    def _limit_blas(self):
+        if self._controller is None:
+            self._controller = ThreadpoolController()
+        return self._controller.limit(limits=1, user_api="blas")
+
+    def _buffer(self, worker: int, label: str, shape: tuple[int, ...]) -> np.ndarray:
+        count = int(np.prod(shape))
+        held = self._scratch.get((worker, label))
+        if held is None or held.size < count:
+            held = self._scratch[(worker, label)] = np.empty(count, np.float32)
+        return held[:count].reshape(shape)
+
+    def run(self, V: np.ndarray, U: np.ndarray, M: np.ndarray) -> None:
         a, g, p, cg = V.shape
         kg = M.shape[-1]
-        v = V.reshape(a, g, images, p // images, cg).astype(np.float32, copy=False)
-        u = U.reshape(a, g, 1, kg, cg).astype(np.float32, copy=False).swapaxes(-1, -2)
-        if M.dtype == np.float32:
-            np.matmul(v, u, out=M.reshape(a, g, images, p // images, kg))
-        else:
-            M[...] = np.matmul(v, u).reshape(M.shape).astype(M.dtype)
+        v, u, m = V.reshape(a * g, p, cg), U.reshape(a * g, kg, cg), M.reshape(a * g, p, kg)
+        bounds = np.linspace(0, a * g, min(self.threads, a * g) + 1).astype(int)
+        slices = list(zip(bounds[:-1], bounds[1:], strict=True))
+        with self._limit_blas():
+            if len(slices) == 1:
+                self._slice(0, v, u, m, *slices[0])
+                return
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="wino-k3")
+            futures = [
+                self._pool.submit(self._slice, i, v, u, m, lo, hi)
+                for i, (lo, hi) in enumerate(slices)
+            ]
+            for future in futures:
+                future.result()
+
+    def _slice(self, worker: int, v, u, m, lo: int, hi: int) -> None:
+        """GEMMs lo..hi of the batch (bins x groups) on this thread."""
+        if v.dtype == u.dtype == m.dtype == np.float32:
+            np.matmul(v[lo:hi], u[lo:hi].swapaxes(-1, -2), out=m[lo:hi])
+            return
+        vs = self._buffer(worker, "V", v.shape[1:])
+        us = self._buffer(worker, "U", u.shape[1:])
+        ms = None if m.dtype == np.float32 else self._buffer(worker, "M", m.shape[1:])
+        for b in range(lo, hi):
+            np.copyto(vs, v[b], casting="unsafe")
+            np.copyto(us, u[b], casting="unsafe")
+            if ms is None:
+                np.matmul(vs, us.T, out=m[b])
+            else:
+                np.matmul(vs, us.T, out=ms)
+                np.copyto(m[b], ms, casting="unsafe")
+
+
+def host_threads() -> int:
+    """The OpenMP width the kernels run with: OMP_NUM_THREADS (its first level) when set, else
+    the CPUs this process may run on."""
+    value = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
