@@ -114,8 +114,9 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--compare",
-        choices=["cudnn"],
-        help="time PyTorch's conv2d (cuDNN) on the same tensors (cuda only)",
+        choices=["cudnn", "onnxruntime"],
+        help="time a direct convolution on the same tensors: cudnn (PyTorch, cuda target) or "
+        "onnxruntime (its CPU Conv with the same threads, c target; the onnx extra)",
     )
     parser.add_argument(
         "--skip-measured",
@@ -197,14 +198,26 @@ def _device(args: argparse.Namespace, target):
     return device
 
 
+def _check_compare(engine: str, target) -> None:
+    """The engine runs beside this target and is installed (else a message saying what to do)."""
+    from .compare import ENGINES, import_onnxruntime
+
+    if ENGINES[engine] != target.value:
+        raise ValueError(
+            f"--compare {engine} needs the {ENGINES[engine]} target (--target {ENGINES[engine]})"
+        )
+    if engine == "onnxruntime":
+        import_onnxruntime()
+
+
 def build_sweep(
     args: argparse.Namespace, verify: bool, compare: str | None, skip_measured: bool = False
 ):
     from .sweep import Options, Sweep
 
     target = _target(args.target)
-    if compare == "cudnn" and target.value != "cuda":
-        raise ValueError("--compare cudnn needs the cuda target (PyTorch on the GPU)")
+    if compare is not None:
+        _check_compare(compare, target)
     if skip_measured and args.results is None:
         raise ValueError("--skip-measured needs --results (the CSV to resume)")
     if args.candidates is not None and args.candidates < 1:
@@ -233,10 +246,15 @@ def _header(command: str, sweep, cases) -> None:
 
 # Handlers ------------------------------------------------------------------------------------
 def bench(args: argparse.Namespace) -> int:
+    from .compare import EngineUnavailable
     from .progress import Progress
 
     cases = gather_cases(args)
-    sweep = build_sweep(args, args.verify, args.compare, args.skip_measured)
+    try:
+        sweep = build_sweep(args, args.verify, args.compare, args.skip_measured)
+    except EngineUnavailable as missing:
+        print(f"wino bench: skipped: {missing}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     _header("bench", sweep, cases)
     return sweep.run(cases, Progress(len(cases), True if args.progress else None))
 

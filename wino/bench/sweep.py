@@ -32,7 +32,7 @@ class Options:
     tiles: tuple[Tile, ...] = TILES
     timing: str = "block"
     verify: bool = False
-    compare: str | None = None  # "cudnn"
+    compare: str | None = None  # an engine of compare.ENGINES: "cudnn", "onnxruntime"
     candidate_limit: int | None = None  # candidates per stage; None: the device's default
     cache_root: Path | None = None
 
@@ -104,11 +104,11 @@ def bench_case(problem: Problem, device: Device, options: Options, say: Say) -> 
         if tile_run is not None:
             run.tiles.append(tile_run)
             say(tile_line(problem, tile_run))
-    if options.compare == "cudnn":
-        from .compare import cudnn
+    if options.compare is not None:
+        from .compare import compare
 
-        run.direct = cudnn(problem, device, operands, ref)
-        say(direct_line(problem, run.direct))
+        run.direct = compare(options.compare, problem, device, operands, ref)
+        say(direct_line(problem, options.compare, run.direct))
     return run
 
 
@@ -200,9 +200,11 @@ def tile_line(problem: Problem, run: TileRun) -> str:
     )
 
 
-def direct_line(problem: Problem, direct: DirectResult) -> str:
+def direct_line(problem: Problem, engine: str, direct: DirectResult) -> str:
     check = "" if direct.error is None else f"  err {direct.error:.2g}"
-    return f"  cudnn {direct.time_us:12.1f} us {tflops(problem, direct.time_us):9.3f} TFLOPS{check}"
+    return (
+        f"  {engine} {direct.time_us:12.1f} us {tflops(problem, direct.time_us):9.3f} TFLOPS{check}"
+    )
 
 
 # Rows ----------------------------------------------------------------------------------------
@@ -250,12 +252,12 @@ def tile_row(problem: Problem, run: TileRun, device: Device, timing: str) -> res
     return row
 
 
-def direct_row(problem: Problem, direct: DirectResult, device: Device) -> results.Row:
+def direct_row(problem: Problem, engine: str, direct: DirectResult, device: Device) -> results.Row:
     row = case_columns(problem, device.target.value)
     bound = accuracy.tolerance(None, problem.dtype)
     ok = direct.error is not None and accuracy.passes(direct.error, bound)
     row.update(
-        engine="cudnn",
+        engine=engine,
         timing="block",
         total_us=results.fmt(direct.time_us, 6),
         tflops=results.fmt(tflops(problem, direct.time_us), 6),
@@ -266,10 +268,12 @@ def direct_row(problem: Problem, direct: DirectResult, device: Device) -> result
     return row
 
 
-def case_rows(run: CaseRun, device: Device, timing: str) -> list[results.Row]:
+def case_rows(
+    run: CaseRun, device: Device, timing: str, engine: str | None = None
+) -> list[results.Row]:
     rows = [tile_row(run.problem, t, device, timing) for t in run.tiles]
     if run.direct is not None:
-        rows.append(direct_row(run.problem, run.direct, device))
+        rows.append(direct_row(run.problem, engine, run.direct, device))
     return results.annotate(rows)
 
 
@@ -309,9 +313,11 @@ def winner_line(rows: list[results.Row]) -> str | None:
     best = results.best_wino(rows)
     if best is None or not best.get("speedup"):
         return f"  winner: {rows[0]['winner']}"
+    engine = next(r["engine"] for r in rows if r["engine"] in results.DIRECT_ENGINES)
+    name = {"cudnn": "cuDNN"}.get(engine, engine)
     return (
         f"  winner: {rows[0]['winner']} (best wino, {best['tile']}: "
-        f"{float(best['speedup']):.3g}x cuDNN's speed)"
+        f"{float(best['speedup']):.3g}x {name}'s speed)"
     )
 
 
@@ -330,7 +336,8 @@ class Sweep:
 
     @property
     def engines(self) -> tuple[str, ...]:
-        return ("wino", "cudnn") if self.options.compare == "cudnn" else ("wino",)
+        compare = self.options.compare
+        return ("wino", compare) if compare else ("wino",)
 
     def run(self, cases: list[Problem], progress) -> int:
         """Measure the cases, print the Best line (last); returns the exit code."""
@@ -373,7 +380,7 @@ class Sweep:
     def measure(self, problem: Problem, say: Say) -> None:
         run = bench_case(problem, self.device, self.options, say)
         self.runs.append(run)
-        new = case_rows(run, self.device, self.options.timing)
+        new = case_rows(run, self.device, self.options.timing, self.options.compare)
         line = winner_line(new)
         if line:
             say(line)
