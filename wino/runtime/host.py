@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -66,6 +67,7 @@ class HostBackend(Backend):
 
     def function(self, name: str):
         if name not in self._functions:
+            passive_openmp()
             entry = self.manifest.kernel(name)
             library = ctypes.CDLL(str(entry.path))
             self._functions[name] = getattr(library, entry.symbol)
@@ -123,7 +125,8 @@ class HostBackend(Backend):
 
 class HostGemm:
     """K3 on the host: one single-threaded BLAS GEMM per (bin, group) over the whole chunk,
-    the A * G GEMMs spread over a pool of ``threads`` workers (the kernels' OpenMP width).
+    taken one at a time by ``threads`` workers (the calling thread and a kept pool; the
+    kernels' OpenMP width), so a worker the OS holds back delays no other's share.
 
     Why not the BLAS's own threads: numpy's OpenBLAS splits each GEMM of a Winograd chunk
     (a few hundred rows) over its threads and synchronises them per call; on a small, shared
@@ -140,6 +143,7 @@ class HostGemm:
         self._pool = None
         self._controller = None
         self._scratch: dict[tuple[int, str], np.ndarray] = {}
+        self._lock = threading.Lock()  # one K3 at a time per backend: the scratch is shared
 
     def _limit_blas(self):
         if self._controller is None:
@@ -157,30 +161,27 @@ class HostGemm:
         a, g, p, cg = V.shape
         kg = M.shape[-1]
         v, u, m = V.reshape(a * g, p, cg), U.reshape(a * g, kg, cg), M.reshape(a * g, p, kg)
-        bounds = np.linspace(0, a * g, min(self.threads, a * g) + 1).astype(int)
-        slices = list(zip(bounds[:-1], bounds[1:], strict=True))
-        with self._limit_blas():
-            if len(slices) == 1:
-                self._slice(0, v, u, m, *slices[0])
-                return
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="wino-k3")
-            futures = [
-                self._pool.submit(self._slice, i, v, u, m, lo, hi)
-                for i, (lo, hi) in enumerate(slices)
-            ]
+        jobs = iter(range(a * g))  # shared; a range iterator's next() is atomic under the GIL
+        helpers = min(self.threads, a * g) - 1
+        with self._lock, self._limit_blas():
+            if helpers and self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="wino-k3")
+            futures = [self._pool.submit(self._drain, i + 1, jobs, v, u, m) for i in range(helpers)]
+            self._drain(0, jobs, v, u, m)
             for future in futures:
                 future.result()
 
-    def _slice(self, worker: int, v, u, m, lo: int, hi: int) -> None:
-        """GEMMs lo..hi of the batch (bins x groups) on this thread."""
-        if v.dtype == u.dtype == m.dtype == np.float32:
-            np.matmul(v[lo:hi], u[lo:hi].swapaxes(-1, -2), out=m[lo:hi])
-            return
-        vs = self._buffer(worker, "V", v.shape[1:])
-        us = self._buffer(worker, "U", u.shape[1:])
-        ms = None if m.dtype == np.float32 else self._buffer(worker, "M", m.shape[1:])
-        for b in range(lo, hi):
+    def _drain(self, worker: int, jobs, v, u, m) -> None:
+        """Take GEMMs from ``jobs`` until none is left: M[b] = V[b] . U[b]^T."""
+        widen = not (v.dtype == u.dtype == m.dtype == np.float32)
+        if widen:
+            vs = self._buffer(worker, "V", v.shape[1:])
+            us = self._buffer(worker, "U", u.shape[1:])
+            ms = None if m.dtype == np.float32 else self._buffer(worker, "M", m.shape[1:])
+        for b in jobs:
+            if not widen:
+                np.matmul(v[b], u[b].T, out=m[b])
+                continue
             np.copyto(vs, v[b], casting="unsafe")
             np.copyto(us, u[b], casting="unsafe")
             if ms is None:
@@ -188,6 +189,14 @@ class HostGemm:
             else:
                 np.matmul(vs, us.T, out=ms)
                 np.copyto(m[b], ms, casting="unsafe")
+
+
+def passive_openmp() -> None:
+    """Ask the kernels' OpenMP runtime to sleep, not spin, between kernels (unless the caller
+    chose: OMP_WAIT_POLICY set). Between K2 and K4 the cores belong to K3's BLAS workers; a
+    spinning OpenMP thread takes one of them. Read by libgomp when it loads with the first
+    kernel; a no-op when it is already loaded."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def host_threads() -> int:
