@@ -162,7 +162,23 @@ def _checked(path: Path, sha256: str) -> bool:
     return path.is_file() and sha256_file(path) == sha256
 
 
-def read_manifest(path: Path) -> Manifest:
+def _file_key(path: Path) -> tuple[int, int, int] | None:
+    """(mtime_ns, size, inode) of a file: what says it changed; None when it is absent."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+#: Parsed manifests by path: (file key when parsed, Manifest). One parse per published file.
+_MANIFESTS: dict[Path, tuple[tuple[int, int, int] | None, Manifest]] = {}
+#: Candidate manifests by (target folder, flavor pattern): (folder key when globbed, paths).
+_CANDIDATES: dict[tuple[Path, str], tuple[tuple[int, int, int] | None, list[Path]]] = {}
+
+
+def parse_manifest(path: Path) -> Manifest:
+    """Read and schema-validate a manifest file (every call; ``read_manifest`` caches it)."""
     data = json.loads(path.read_text(encoding="utf-8"))
     config.validate(data, "manifest", str(path))
     directory = path.parent
@@ -181,12 +197,57 @@ def read_manifest(path: Path) -> Manifest:
     return Manifest(Target(data["target"]), data["flavor"], directory, data["toolchain"], kernels)
 
 
+def read_manifest(path: Path, key: tuple[int, int, int] | None = None) -> Manifest:
+    """The manifest at ``path``, parsed once per process and again only when the file's
+    (mtime, size, inode) changes (a publication renames a new file into place)."""
+    key = _file_key(path) if key is None else key
+    hit = _MANIFESTS.get(path)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    manifest = parse_manifest(path)
+    _MANIFESTS[path] = (key, manifest)
+    return manifest
+
+
+def _candidates(base: Path, flavor: str | None) -> list[Path]:
+    """Where the manifests under ``base`` would be, one per flavor folder (present or not);
+    the folder is listed again only when it changes (a flavor folder added or removed)."""
+    if flavor is not None:
+        return [base / flavor / MANIFEST]
+    key = _file_key(base)
+    hit = _CANDIDATES.get((base, "*"))
+    if hit is not None and hit[0] == key and key is not None:
+        return hit[1]
+    paths = sorted(d / MANIFEST for d in base.glob("*") if d.is_dir())
+    _CANDIDATES[(base, "*")] = (key, paths)
+    return paths
+
+
+def manifest_state(
+    target: Target, root: Path | None = None, flavor: str | None = None
+) -> tuple[Path, tuple[int, int, int]]:
+    """(path, file key) of the manifest ``find_manifest`` would read: the given flavor, or the
+    only / most recently published one. A few stat calls; raises FileNotFoundError."""
+    return manifest_state_in(cache_root(root) / target.value, flavor)
+
+
+def manifest_state_in(base: Path, flavor: str | None = None) -> tuple[Path, tuple[int, int, int]]:
+    """``manifest_state`` of the target folder ``base``."""
+    found = []
+    target = base.name
+    for path in _candidates(base, flavor):
+        key = _file_key(path)
+        if key is not None:
+            found.append((key[0], path, key))
+    if not found:
+        raise FileNotFoundError(
+            f"no {target} cache under {base}: build it with `doit compile:{target}`"
+        )
+    _, path, key = max(found)
+    return path, key
+
+
 def find_manifest(target: Target, root: Path | None = None, flavor: str | None = None) -> Manifest:
     """The target's manifest: the given flavor, or the only / most recently published one."""
-    base = cache_root(root) / target.value
-    candidates = sorted(base.glob(f"{flavor or '*'}/{MANIFEST}"), key=lambda p: p.stat().st_mtime)
-    if not candidates:
-        raise FileNotFoundError(
-            f"no {target.value} cache under {base}: build it with `doit compile:{target.value}`"
-        )
-    return read_manifest(candidates[-1])
+    path, key = manifest_state(target, root, flavor)
+    return read_manifest(path, key)

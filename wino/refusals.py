@@ -81,10 +81,8 @@ class Rule:
     def code(self):
         return _compile(self.when, self.id)
 
-    def names(self) -> set[str]:
-        return {
-            n.id for n in ast.walk(ast.parse(self.when, mode="eval")) if isinstance(n, ast.Name)
-        } - set(HELPERS)
+    def names(self) -> frozenset[str]:
+        return _condition_names(self.when)
 
     def fires(self, namespace: dict[str, Any]) -> bool:
         code = self.code  # a syntax error or a forbidden construct is a ConfigError first
@@ -106,6 +104,13 @@ class Rule:
 
 
 @cache
+@cache
+def _condition_names(expression: str) -> frozenset[str]:
+    """The names a condition reads (parsed once per expression)."""
+    tree = ast.parse(expression, mode="eval")
+    return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)) - set(HELPERS)
+
+
 def _compile(expression: str, rule_id: str):
     try:
         tree = ast.parse(expression, mode="eval")

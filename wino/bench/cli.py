@@ -119,6 +119,13 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
         "onnxruntime (its CPU Conv with the same threads, c target; the onnx extra)",
     )
     parser.add_argument(
+        "--overhead",
+        action="store_true",
+        help="print the runtime's host cost per call (dispatch, plan.run, wino.conv2d, graph "
+        "replay) next to torch conv2d's, for the first case (default: "
+        "convfp16 -n 1 -c 64 -H 8 -W 8 -k 64 -p 1 -q 1)",
+    )
+    parser.add_argument(
         "--skip-measured",
         action="store_true",
         help="resume: skip the cases --results already holds",
@@ -245,9 +252,27 @@ def _header(command: str, sweep, cases) -> None:
 
 
 # Handlers ------------------------------------------------------------------------------------
+def overhead(args: argparse.Namespace) -> int:
+    from ..problem import Problem
+    from .overhead import DEFAULT_CASE, measure, report
+
+    given = args.miopen_file or args.miopen_cmd
+    given = given or any(
+        getattr(args, f"shape_{field}") is not None for field in SHAPE_FLAGS.values()
+    )
+    problem = gather_cases(args)[0] if given else Problem.from_miopen(DEFAULT_CASE)
+    target = _target(args.target)
+    repeats = args.repeats if args.repeats is not None else 7
+    print(report(problem, target, measure(problem, target, args.cache_root, repeats=repeats)))
+    return 0
+
+
 def bench(args: argparse.Namespace) -> int:
     from .compare import EngineUnavailable
     from .progress import Progress
+
+    if args.overhead:
+        return overhead(args)
 
     cases = gather_cases(args)
     try:

@@ -82,6 +82,21 @@ def problem_of(x, w, padding=1, dilation=1, groups: int = 1, stride=1) -> Proble
         raise ValueError(f"conv2d: {err}") from None
 
 
+#: Problems by the arguments that make them (Problem validates on construction: a seen call
+#: skips it). Keyed by array type, shapes, dtypes and the options; unhashable options skip it.
+_PROBLEMS: dict[tuple, Problem] = {}
+
+
+def _key(x, w, padding, dilation, groups, stride) -> tuple | None:
+    try:
+        key = (type(x), tuple(x.shape), tuple(w.shape), str(x.dtype), str(w.dtype))
+        key += (padding, dilation, groups, stride)
+        hash(key)
+    except (AttributeError, TypeError):
+        return None
+    return key
+
+
 def conv2d(
     x,
     w,
@@ -95,6 +110,11 @@ def conv2d(
     """y = conv2d(x, w) from the cache: numpy arrays on the host, CuPy arrays or torch CUDA
     tensors on the GPU (no copies). Raises Refused (with its rule id) for problems wino does
     not serve (stride != 1, filters other than 3x3...), ValueError for bad arguments."""
-    problem = problem_of(x, w, padding, dilation, groups, stride)
+    key = _key(x, w, padding, dilation, groups, stride)
+    problem = _PROBLEMS.get(key) if key is not None else None
+    if problem is None:
+        problem = problem_of(x, w, padding, dilation, groups, stride)
+        if key is not None and len(_PROBLEMS) < 4096:
+            _PROBLEMS[key] = problem
     plan = dispatch(problem, target=target_of(x), tile=tile, **dispatch_options)
     return plan.run(x, w)

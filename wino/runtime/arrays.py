@@ -37,6 +37,16 @@ def is_torch(array: Any) -> bool:
     return type(array).__module__.startswith("torch")
 
 
+def torch_numpy(tensor) -> np.ndarray:
+    """A CPU torch tensor's memory as a numpy array (a view; bf16 as ml_dtypes.bfloat16)."""
+    import torch
+
+    tensor = tensor.detach()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return tensor.numpy()
+
+
 def target_of(array: Any) -> Target:
     """Host numpy -> c; CuPy arrays and torch CUDA tensors -> cuda."""
     if isinstance(array, np.ndarray):

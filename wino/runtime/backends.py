@@ -11,6 +11,7 @@ from .. import cache
 from ..vocab import DType, Stage
 from .arrays import dtype_of
 from .plan import GemmStep, plan_layout
+from .program import GemmOp, Source, build, carve
 
 
 def check_operands(plan, x, w) -> None:
@@ -32,115 +33,157 @@ def check_operands(plan, x, w) -> None:
             raise ValueError(f"{label}: expected dtype {p.dtype.short}, got {array.dtype}")
 
 
-def carve(layout, total_bytes: int):
-    """Byte offsets of each workspace buffer (256-byte aligned), in layout order."""
-    offsets, at = {}, 0
-    for name, (shape, dtype) in layout.items():
-        count = 1
-        for extent in shape:
-            count *= extent
-        offsets[name] = (at, shape, dtype, count)
-        at += -(-count * dtype.itemsize // 256) * 256
-    if at > total_bytes:
-        raise ValueError(f"workspace: {total_bytes} bytes given, {at} needed")
-    return offsets
-
-
 class Backend:
     """The run of a plan, written once; subclasses supply the primitives below it."""
+
+    #: The address passed for a buffer the plan does not have (ts without prescale).
+    null = 0
 
     def __init__(self, manifest: cache.Manifest):
         self.manifest = manifest
 
     # Primitives (per backend) --------------------------------------------------------------
-    def raw_workspace(self, plan, workspace) -> Any:
+    def context(self, array, stream, label: str = "x") -> Any:
+        """What a call needs besides its arrays (the CUDA device and stream), from the first
+        array and the caller's ``stream``; checks the array is on this backend's device."""
+        raise NotImplementedError
+
+    def raw_workspace(self, plan, workspace, ctx=None) -> Any:
         """The caller's workspace as a flat uint8 array (checked), or a new one when None."""
         raise NotImplementedError
 
     def typed_view(self, raw, offset: int, count: int, dtype: DType, shape) -> Any:
         raise NotImplementedError
 
-    def operand(self, array, dtype: DType) -> Any:
-        """An input (x or w) as the kernels read it."""
+    def operand(self, array, dtype: DType, label: str = "x", ctx=None) -> Any:
+        """An input (x or w) as the kernels read it (a copy where its layout needs one)."""
         raise NotImplementedError
 
-    def output(self, plan, x, y) -> tuple[Any, Any]:
+    def output(self, plan, x, y, ctx=None) -> tuple[Any, Any]:
         """(what run returns, what the kernels write): y checked, or allocated like x."""
+        raise NotImplementedError
+
+    def empty(self, like, buffer, ctx=None) -> Any:
+        """A new array for a workspace-shaped buffer (U, fs), of the framework of ``like``."""
         raise NotImplementedError
 
     def holds(self, array, shape: tuple[int, ...], dtype: DType) -> bool:
         """Whether ``array`` is this backend's array of that shape and dtype."""
         raise NotImplementedError
 
+    def check_device(self, label: str, array, ctx) -> None:
+        """Raise ValueError naming ``label`` when ``array`` is not on the call's device."""
+
+    def pointer(self, array) -> int:
+        raise NotImplementedError
+
+    def prepare(self, plan, step) -> Any:
+        """A kernel step's launch, prepared once (function handle, packed kernargs)."""
+        raise NotImplementedError
+
+    def issue(self, op, pointers: dict, ctx) -> None:
+        """Launch a prepared kernel op on the buffers at ``pointers`` (Source -> address)."""
+        raise NotImplementedError
+
+    def issue_gemm(self, op, pointers: dict, arrays: dict, ctx) -> None:
+        raise NotImplementedError
+
     def launch(self, plan, step, buffers: dict[str, Any]) -> None:
-        """Launch one kernel step; ``buffers`` maps parameter names (x, w, y, U, fs, V, ts, M)
-        to arrays, bound in the order of the kernel's ABI record (a missing one: null)."""
+        """One kernel step on arrays (the benchmark's per-stage route); ``buffers`` maps
+        parameter names (x, w, y, U, fs, V, ts, M) to arrays, bound in the order of the
+        kernel's ABI record (a missing one: null)."""
         raise NotImplementedError
 
     def gemm(self, step, V, U, M, images: int) -> None:
         raise NotImplementedError
 
     # Shared ----------------------------------------------------------------------------------
-    def filter_operand(self, plan, U) -> tuple[Any, Any]:
+    def program(self, plan):
+        """The plan's launches prepared once (kept on the plan)."""
+        if plan._program is None:
+            plan._program = build(plan, self.prepare)
+        return plan._program
+
+    def filter_operand(self, plan, U, ctx=None) -> tuple[Any, Any]:
         """(U, fs) from plan.transform_filter, checked against this plan's layout."""
         try:
             u, fs = U
         except (TypeError, ValueError):
             raise ValueError("U: pass the (U, fs) pair plan.transform_filter(w) returns") from None
-        layout = plan.layout()
-        for label, array in (("U", u), ("fs", fs)):
-            shape, dtype = layout[label]
-            if not self.holds(array, shape, dtype):
+        prog = self.program(plan)
+        for label, array, buffer in (("U", u, prog.U), ("fs", fs, prog.fs)):
+            if not self.holds(array, buffer.shape, buffer.dtype):
                 raise ValueError(
-                    f"U: {label} must be {list(shape)} {dtype.short} (this plan's "
-                    f"transform_filter output), got {getattr(array, 'shape', None)} "
+                    f"U: {label} must be {list(buffer.shape)} {buffer.dtype.short} (this "
+                    f"plan's transform_filter output), got {getattr(array, 'shape', None)} "
                     f"{getattr(array, 'dtype', '')}"
                 )
-        return self.operand(u, layout["U"][1]), self.operand(fs, layout["fs"][1])
+            self.check_device("U", array, ctx)
+        return self.operand(u, prog.U.dtype, "U", ctx), self.operand(fs, prog.fs.dtype, "U", ctx)
 
     def workspace(self, plan, workspace, images: int) -> dict[str, Any]:
         """Typed views of the workspace buffers for a chunk of ``images`` images."""
         raw = self.raw_workspace(plan, workspace)
         layout = plan_layout(plan.problem, plan.tile, plan.specs, images)
         return {
-            name: self.typed_view(raw, offset, count, dtype, shape)
-            for name, (offset, shape, dtype, count) in carve(layout, raw.size).items()
+            name: self.typed_view(raw, b.offset, b.count, b.dtype, b.shape)
+            for name, b in carve(layout, raw.size).items()
         }
 
-    def transform_filter(self, plan, w, workspace=None):
+    def transform_filter(self, plan, w, workspace=None, stream=None):
         """K1 alone: (U, fs), in the workspace when one is given, else in new arrays."""
+        prog = self.program(plan)
+        ctx = self.context(w, stream, "w")
         check_operands(plan, None, w)
-        views = self.workspace(plan, workspace, plan.batch_split)
-        U, fs = views["U"], views["fs"]
+        wv = self.operand(w, plan.problem.dtype, "w", ctx)
         if workspace is None:
-            U, fs = U.copy(), fs.copy()
-        k1 = next(s for s in plan.steps if s.stage is Stage.FILTER)
-        self.launch(plan, k1, {"w": self.operand(w, plan.problem.dtype), "U": U, "fs": fs})
+            U, fs = self.empty(w, prog.U, ctx), self.empty(w, prog.fs, ctx)
+            u, f = self.pointer(U), self.pointer(fs)
+        else:
+            raw = self.raw_workspace(plan, workspace, ctx)
+            U, fs = (
+                self.typed_view(raw, b.offset, b.count, b.dtype, b.shape) for b in (prog.U, prog.fs)
+            )
+            base = self.pointer(raw)
+            u, f = base + prog.U.offset, base + prog.fs.offset
+        pointers = {Source.W: self.pointer(wv), Source.U: u, Source.FS: f, Source.NONE: self.null}
+        self.issue(prog.filter, pointers, ctx)
         return U, fs
 
-    def run(self, plan, x, w, y, workspace, U):
+    def run(self, plan, x, w, y, workspace, U, stream=None):
+        """Every check first (nothing is written when one fails), then the prepared launches."""
+        prog = self.program(plan)
+        ctx = self.context(x, stream)
         check_operands(plan, x, w)
-        xv = self.operand(x, plan.problem.dtype)
-        y, yv = self.output(plan, x, y)
-        workspace = self.raw_workspace(plan, workspace)
+        if U is None and w is None:
+            raise ValueError("run: pass the filter w, or U from plan.transform_filter(w)")
+        xv = self.operand(x, plan.problem.dtype, "x", ctx)
+        wv = self.operand(w, plan.problem.dtype, "w", ctx) if U is None else None
+        y, yv = self.output(plan, x, y, ctx)
+        raw = self.raw_workspace(plan, workspace, ctx)
+        base = self.pointer(raw)
+        pointers = {Source.X: self.pointer(xv), Source.Y: self.pointer(yv), Source.WS: base}
+        pointers[Source.NONE] = self.null
         if U is None:
-            if w is None:
-                raise ValueError("run: pass the filter w, or U from plan.transform_filter(w)")
-            U = self.transform_filter(plan, w, workspace)
-        u, fs = self.filter_operand(plan, U)
-        for start, images in plan.chunks:
-            views = self.workspace(plan, workspace, images)
-            chunk = slice(start, start + images)
-            self.run_chunk(plan, images, xv[chunk], yv[chunk], views, u, fs)
+            u = None  # in the workspace (prog.U)
+            pointers[Source.U], pointers[Source.FS] = base + prog.U.offset, base + prog.fs.offset
+            pointers[Source.W] = self.pointer(wv)
+            self.issue(prog.filter, pointers, ctx)
+        else:
+            u, fs = self.filter_operand(plan, U, ctx)
+            pointers[Source.U], pointers[Source.FS] = self.pointer(u), self.pointer(fs)
+        arrays = {Source.WS: raw, Source.U: u}
+        for ops in prog.chunks:
+            for op in ops:
+                if isinstance(op, GemmOp):
+                    self.issue_gemm(op, pointers, arrays, ctx)
+                else:
+                    self.issue(op, pointers, ctx)
         return y
 
-    def run_chunk(self, plan, images: int, xs, ys, views, u, fs) -> None:
-        """K2a, K2, K3 and K4 of one batch chunk (K1 ran once before)."""
-        for _, launch in self.chunk_launches(plan, images, xs, ys, views, u, fs):
-            launch()
-
     def chunk_launches(self, plan, images: int, xs, ys, views, u, fs):
-        """(stage, a callable issuing it) per step of one batch chunk, in pipeline order."""
+        """(stage, a callable issuing it) per step of one batch chunk, in pipeline order, on
+        arrays (the benchmark times stages through this)."""
         named = {**views, "x": xs, "y": ys, "U": u, "fs": fs}
         out = []
         for step in plan.chunk_steps[images]:

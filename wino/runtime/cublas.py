@@ -86,6 +86,20 @@ class Gemm:
         )
         self.alpha = ctypes.c_float(1.0)
         self.beta = ctypes.c_float(0.0)
+        self.stream: int | None = None  # the stream the handle is bound to
+
+    def bind(self, stream: int) -> None:
+        """Bind the handle to ``stream`` (the caller's). cublasSetStream resets the workspace
+        to cuBLAS's default pool, so ours is set again after it: nothing is allocated inside
+        a graph capture."""
+        if stream == self.stream:
+            return
+        _check(self.lib.cublasSetStream_v2(self.handle, stream), "set stream")
+        _check(
+            self.lib.cublasSetWorkspace_v2(self.handle, self.workspace.data.ptr, WORKSPACE_BYTES),
+            "set workspace",
+        )
+        self.stream = stream
 
     def strided_batched(
         self,
@@ -107,10 +121,11 @@ class Gemm:
         ldc,
         stride_c,
         batch,
+        stream: int | None = None,
     ) -> None:
-        """C = op(A) op(B) per batch, column-major, fp32 accumulate, alpha 1, beta 0."""
-        stream = self.cupy.cuda.get_current_stream().ptr
-        _check(self.lib.cublasSetStream_v2(self.handle, stream), "set stream")
+        """C = op(A) op(B) per batch, column-major, fp32 accumulate, alpha 1, beta 0, on
+        ``stream`` (a cudaStream_t; None: CuPy's current stream)."""
+        self.bind(self.cupy.cuda.get_current_stream().ptr if stream is None else stream)
         status = self.lib.cublasGemmStridedBatchedEx(
             self.handle,
             transa,

@@ -8,8 +8,11 @@ calls them.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
-from typing import Any
+import threading
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -18,8 +21,11 @@ from ..vocab import DType
 from .arrays import dtype_of, is_torch
 from .backends import Backend
 from .cublas import CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F, Gemm
+from .host import args_struct
 from .plan import GemmStep, KernelStep, Plan
+from .program import Source
 
+_TORCH_NAMES = {DType.FP32: "float32", DType.FP16: "float16", DType.BF16: "bfloat16"}
 _CUDA_TYPE = {DType.FP32: CUDA_R_32F, DType.FP16: CUDA_R_16F, DType.BF16: CUDA_R_16BF}
 _RAW = {2: np.uint16, 4: np.float32}
 
@@ -34,8 +40,9 @@ def args_dtype(abi: cache.KernelAbi) -> np.dtype:
     return np.dtype([(name, _NP_TYPES[ctype]) for ctype, name in abi.kernargs])
 
 
-def device_view(array: Any, dtype: DType):
-    """A CuPy view of a CuPy array or torch CUDA tensor's memory, typed raw (uint16 / float32)."""
+def device_view(array: Any, dtype: DType, raw_bytes: bool = False):
+    """A CuPy view of a CuPy array or torch CUDA tensor's memory, typed raw (uint16 / float32;
+    uint8 with ``raw_bytes``)."""
     import cupy
 
     if is_torch(array):
@@ -45,7 +52,7 @@ def device_view(array: Any, dtype: DType):
         memory = cupy.cuda.UnownedMemory(pointer, nbytes, array)
         return cupy.ndarray(
             tuple(array.shape),
-            dtype=_RAW[dtype.itemsize],
+            dtype=np.uint8 if raw_bytes else _RAW[dtype.itemsize],
             memptr=cupy.cuda.MemoryPointer(memory, 0),
         )
     if not isinstance(array, cupy.ndarray):
@@ -60,94 +67,301 @@ def device_view(array: Any, dtype: DType):
     return array.view(_RAW[dtype.itemsize])
 
 
+def _torch():
+    import torch
+
+    return torch
+
+
+def _torch_current_stream(device: int) -> int:
+    """torch's current stream on ``device`` as a raw handle (the cheap route when present)."""
+    torch = _torch()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(device)
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def libcuda() -> ctypes.CDLL:
+    """The CUDA driver, for ``cuLaunchKernel`` on prepared parameter arrays."""
+    global _LIBCUDA
+    if _LIBCUDA is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        u = ctypes.c_uint
+        lib.cuLaunchKernel.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u] + [ctypes.c_void_p] * 3
+        lib.cuLaunchKernel.restype = ctypes.c_int
+        _LIBCUDA = lib
+    return _LIBCUDA
+
+
+_LIBCUDA: ctypes.CDLL | None = None
+ALIGN = 16  # the widest vector load or store the kernels make (bytes)
+
+
+class _Launch:
+    """A kernel launch prepared once: the CUfunction, the kernarg struct packed, and the
+    parameter array cuLaunchKernel reads (kernargs, then one pointer slot per buffer)."""
+
+    def __init__(self, function, args: ctypes.Structure, buffers: int, grid, block):
+        self.function, self.args, self.grid, self.block = function, args, grid, block
+        self.pointers = (ctypes.c_uint64 * buffers)()
+        base = ctypes.addressof(self.pointers)
+        self.params = (ctypes.c_void_p * (1 + buffers))(
+            ctypes.addressof(args), *[base + 8 * i for i in range(buffers)]
+        )
+        self.params_at = ctypes.addressof(self.params)
+
+
+class Context(NamedTuple):
+    device: int
+    stream: int  # cudaStream_t
+    torch: bool  # x is a torch tensor: new arrays are torch tensors (torch's allocator)
+
+
+def _torch_device(array) -> int | None:
+    return array.device.index if array.is_cuda else None
+
+
 class CudaBackend(Backend):
     def __init__(self, manifest: cache.Manifest):
         import cupy
 
         super().__init__(manifest)
         self.cupy = cupy
+        self.device = cupy.cuda.runtime.getDevice()
         self._functions: dict[str, Any] = {}
         self._dummy = cupy.zeros(4, dtype=cupy.float32)
+        self.null = self._dummy.data.ptr
         self._gemm: Gemm | None = None
+        self._lock = threading.Lock()  # the prepared parameter arrays are shared
+        self._streams: dict[int, Any] = {}
 
     def function(self, name: str):
         if name not in self._functions:
             entry = self.manifest.kernel(name)
-            module = self.cupy.RawModule(path=str(entry.path))
-            self._functions[name] = module.get_function(entry.symbol)
-        return self._functions[name]
+            module = self.cupy.cuda.function.Module()
+            module.load_file(str(entry.path))
+            self._functions[name] = (module, module.get_function(entry.symbol))
+        return self._functions[name][1]
+
+    def gemm_handle(self) -> Gemm:
+        if self._gemm is None:
+            self._gemm = Gemm(self.cupy)
+        return self._gemm
+
+    # Prepared launches -----------------------------------------------------------------------
+    def prepare(self, plan: Plan, step: KernelStep) -> _Launch:
+        self.gemm_handle()  # created before any capture
+        abi = self.manifest.kernel(step.name).abi
+        args = args_struct(abi)(*abi.pack(step.launch.kernargs))
+        function = self.function(step.name)
+        return _Launch(function.ptr, args, len(abi.buffers), step.launch.grid, step.launch.block)
+
+    def issue(self, op, pointers: dict, ctx: Context) -> None:
+        h = op.handle
+        (gx, gy, gz), (bx, by, bz) = h.grid, h.block
+        with self._lock:
+            for i, slot in enumerate(op.slots):
+                h.pointers[i] = pointers[slot.source] + slot.offset
+            status = libcuda().cuLaunchKernel(
+                h.function, gx, gy, gz, bx, by, bz, 0, ctx.stream, h.params_at, None
+            )
+        if status != 0:
+            raise RuntimeError(f"cuLaunchKernel {op.step.name} failed with CUresult {status}")
+
+    def issue_gemm(self, op, pointers: dict, arrays: dict, ctx: Context) -> None:
+        ws = pointers[Source.WS]
+        self._gemm_pointers(
+            op.step, ws + op.V.offset, pointers[Source.U], ws + op.M.offset, ctx.stream
+        )
+
+    # Array primitives --------------------------------------------------------------------------
+    def context(self, array, stream, label: str = "x") -> Context:
+        device = self._device_of(label, array)
+        if device != self.device:
+            raise ValueError(
+                f"{label}: on cuda:{device}, but this process runs wino on cuda:{self.device} (the "
+                "current device when the cache was opened); one device per process"
+            )
+        return Context(device, self._stream_handle(array, stream), is_torch(array))
+
+    def _device_of(self, label: str, array) -> int:
+        if is_torch(array):
+            device = _torch_device(array)
+            if device is None:
+                raise ValueError(
+                    f"{label}: a tensor on {array.device} on the cuda target; move it with "
+                    ".cuda() or dispatch the c target"
+                )
+            return device
+        if isinstance(array, self.cupy.ndarray):
+            return array.device.id
+        raise ValueError(
+            f"{label}: the cuda target takes CuPy arrays or torch CUDA tensors, got "
+            f"{type(array).__name__}"
+        )
+
+    def _stream_handle(self, array, stream) -> int:
+        if stream is None:
+            if is_torch(array):
+                return _torch_current_stream(array.device.index)
+            return self.cupy.cuda.get_current_stream().ptr
+        if isinstance(stream, int) and not isinstance(stream, bool):
+            return stream
+        for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy Stream
+            handle = getattr(stream, attr, None)
+            if isinstance(handle, int):
+                return handle
+        raise ValueError(
+            f"stream: expected a torch.cuda.Stream, a CuPy stream or a cudaStream_t int, got "
+            f"{type(stream).__name__}"
+        )
+
+    def check_device(self, label: str, array, ctx: Context) -> None:
+        device = self._device_of(label, array)
+        if device != ctx.device:
+            raise ValueError(f"{label}: on cuda:{device}, but x is on cuda:{ctx.device}")
+
+    def pointer(self, array) -> int:
+        return array.data_ptr() if is_torch(array) else array.data.ptr
+
+    def _contiguous(self, array) -> bool:
+        if is_torch(array):
+            return array.is_contiguous()
+        return array.flags.c_contiguous
+
+    def operand(self, array, dtype: DType, label: str = "x", ctx: Context | None = None):
+        if ctx is not None:
+            self.check_device(label, array, ctx)
+        if self._contiguous(array) and self.pointer(array) % ALIGN == 0:
+            return array
+        if is_torch(array):
+            with self._torch_on(ctx):  # a copy, ordered on the call's stream
+                return array.clone(memory_format=_torch().contiguous_format)
+        with self._on(ctx):
+            return self.cupy.array(array, order="C", copy=True)
+
+    def output(self, plan: Plan, x, y, ctx: Context | None = None):
+        p = plan.problem
+        shape = (p.N, p.Ho, p.Wo, p.K)
+        if y is None:
+            y = self._new(ctx, shape, x.dtype, x.dtype)
+            return y, y
+        try:
+            ok = dtype_of(y) is p.dtype and tuple(y.shape) == shape
+        except TypeError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"y: expected shape {shape} and dtype {p.dtype.short}, got "
+                f"{tuple(getattr(y, 'shape', ()))} {getattr(y, 'dtype', type(y).__name__)}"
+            )
+        if ctx is not None:
+            self.check_device("y", y, ctx)
+        if not self._contiguous(y) or self.pointer(y) % ALIGN:
+            raise ValueError(
+                f"y: must be C-contiguous (NHWK) and {ALIGN}-byte aligned: the kernels write "
+                "it in place and a temporary copy would lose the output"
+            )
+        return y, y
+
+    def _new(self, ctx: Context | None, shape, torch_dtype, cupy_dtype):
+        """A new array (a torch tensor when x is one, else CuPy), allocated so that the
+        allocator orders its reuse after the call's stream."""
+        if ctx is not None and ctx.torch:
+            torch = _torch()
+            device = torch.device("cuda", ctx.device)
+            out = torch.empty(shape, dtype=torch_dtype, device=device)
+            if ctx.stream != _torch_current_stream(ctx.device):
+                out.record_stream(torch.cuda.ExternalStream(ctx.stream, device=device))
+            return out
+        with self._on(ctx):
+            return self.cupy.empty(shape, dtype=cupy_dtype)
+
+    def _on(self, ctx: Context | None):
+        """The call's stream as CuPy's current stream (for CuPy allocations and copies)."""
+        if ctx is None:
+            return contextlib.nullcontext()
+        if ctx.stream not in self._streams:
+            self._streams[ctx.stream] = self.cupy.cuda.ExternalStream(ctx.stream)
+        return self._streams[ctx.stream]
+
+    def _torch_on(self, ctx: Context | None):
+        """The call's stream as torch's current stream (for torch copies), when it is not."""
+        if ctx is None or ctx.stream == _torch_current_stream(ctx.device):
+            return contextlib.nullcontext()
+        torch = _torch()
+        return torch.cuda.stream(torch.cuda.ExternalStream(ctx.stream, device=ctx.device))
+
+    def empty(self, like, buffer, ctx: Context | None = None):
+        torch_dtype = getattr(_torch(), _TORCH_NAMES[buffer.dtype]) if is_torch(like) else None
+        return self._new(ctx, buffer.shape, torch_dtype, _RAW[buffer.dtype.itemsize])
+
+    def raw_workspace(self, plan: Plan, workspace, ctx: Context | None = None):
+        if workspace is None:
+            torch_uint8 = _torch().uint8 if ctx is not None and ctx.torch else None
+            return self._new(ctx, (plan.workspace_bytes,), torch_uint8, self.cupy.uint8)
+        if ctx is not None:
+            self.check_device("workspace", workspace, ctx)
+        torch_ws = is_torch(workspace)
+        nbytes = workspace.numel() * workspace.element_size() if torch_ws else workspace.nbytes
+        if not self._contiguous(workspace) or nbytes < plan.workspace_bytes:
+            raise ValueError(
+                f"workspace: expected a C-contiguous CuPy array or torch CUDA tensor of at "
+                f"least {plan.workspace_bytes} bytes, got {nbytes} bytes"
+            )
+        if self.pointer(workspace) % 256:
+            raise ValueError("workspace: must be 256-byte aligned (as allocators return it)")
+        return workspace
+
+    def typed_view(self, raw, offset: int, count: int, dtype: DType, shape):
+        if is_torch(raw):
+            raw = device_view(raw.reshape(-1).view(_torch().uint8), DType.FP32, raw_bytes=True)
+        raw = raw.view(self.cupy.uint8).reshape(-1)
+        nbytes = count * dtype.itemsize
+        return raw[offset : offset + nbytes].view(_RAW[dtype.itemsize]).reshape(shape)
 
     def launch(self, plan: Plan, step: KernelStep, buffers: dict[str, Any]) -> None:
+        """One step on CuPy arrays on CuPy's current stream (the benchmark's route)."""
         abi = self.manifest.kernel(step.name).abi
         args = np.array(tuple(abi.pack(step.launch.kernargs)), dtype=args_dtype(abi))
         arrays = [buffers.get(name) for name in abi.buffer_names]
         pointers = [self._dummy if b is None else b for b in arrays]
         self.function(step.name)(step.launch.grid, step.launch.block, (args[()], *pointers))
 
-    # Array primitives --------------------------------------------------------------------------
-    def raw_workspace(self, plan: Plan, workspace):
-        if workspace is None:
-            return self.cupy.empty(plan.workspace_bytes, dtype=self.cupy.uint8)
-        if not isinstance(workspace, self.cupy.ndarray) or not workspace.flags.c_contiguous:
-            raise ValueError(
-                f"workspace: expected a C-contiguous CuPy array of at least "
-                f"{plan.workspace_bytes} bytes"
-            )
-        return workspace.view(self.cupy.uint8).reshape(-1)
-
-    def typed_view(self, raw, offset: int, count: int, dtype: DType, shape):
-        nbytes = count * dtype.itemsize
-        return raw[offset : offset + nbytes].view(_RAW[dtype.itemsize]).reshape(shape)
-
-    def operand(self, array, dtype: DType):
-        return device_view(array, dtype)
-
-    def output(self, plan: Plan, x, y):
-        p = plan.problem
-        shape = (p.N, p.Ho, p.Wo, p.K)
-        if y is None:
-            if is_torch(x):
-                import torch
-
-                y = torch.empty(shape, dtype=x.dtype, device=x.device)
-            else:
-                y = self.cupy.empty(shape, dtype=x.dtype)
-        elif dtype_of(y) is not p.dtype or tuple(y.shape) != shape:
-            raise ValueError(
-                f"y: expected shape {shape} and dtype {p.dtype.short}, got "
-                f"{tuple(y.shape)} {y.dtype}"
-            )
-        return y, device_view(y, p.dtype)
-
     def holds(self, array, shape: tuple[int, ...], dtype: DType) -> bool:
         itemsize = getattr(getattr(array, "dtype", None), "itemsize", None)
         return tuple(getattr(array, "shape", ())) == shape and itemsize == dtype.itemsize
 
     def gemm(self, step: GemmStep, V, U, M, images: int = 1) -> None:
+        """K3 on CuPy arrays on CuPy's current stream (the benchmark's route)."""
+        stream = self.cupy.cuda.get_current_stream().ptr
+        self._gemm_pointers(step, V.data.ptr, U.data.ptr, M.data.ptr, stream)
+
+    def _gemm_pointers(self, step: GemmStep, V: int, U: int, M: int, stream: int) -> None:
         """Row-major M[P x Kg] = V[P x Cg] . U[Kg x Cg]^T per (bin, group), as column-major
-        M^T = U . V^T: op(A) = U (A = U^T col-major, transposed), op(B) = V^T. Capturable into
-        a CUDA graph (wino.runtime.cublas). ``images`` is unused: one batched call per chunk."""
-        if self._gemm is None:
-            self._gemm = Gemm(self.cupy)
+        M^T = U . V^T: op(A) = U (A = U^T col-major, transposed), op(B) = V^T, on ``stream``.
+        Capturable into a CUDA graph (wino.runtime.cublas)."""
         m, n, k = step.n, step.m, step.k
         xt, at = _CUDA_TYPE[step.xdtype], _CUDA_TYPE[step.accdtype]
-        self._gemm.strided_batched(
+        self.gemm_handle().strided_batched(
             CUBLAS_OP_T,
             CUBLAS_OP_N,
             m,
             n,
             k,
-            U.data.ptr,
+            U,
             xt,
             k,
             m * k,
-            V.data.ptr,
+            V,
             xt,
             k,
             n * k,
-            M.data.ptr,
+            M,
             at,
             m,
             n * m,
             step.batch,
+            stream=stream,
         )

@@ -7,15 +7,17 @@ import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from .. import cache
 from ..vocab import DType
-from .arrays import numpy_dtype
+from .arrays import is_torch, numpy_dtype, torch_numpy
 from .backends import Backend
 from .plan import GemmStep, KernelStep, Plan
+from .program import Source
 
 ALIGN = 16  # the widest vector load or store the kernels make (bytes)
 
@@ -30,12 +32,26 @@ def _aligned(array: np.ndarray) -> np.ndarray:
     return array
 
 
+def host_array(label: str, array) -> np.ndarray:
+    """A numpy array or a CPU torch tensor as numpy (a view: no copy); ValueError otherwise."""
+    if isinstance(array, np.ndarray):
+        return array
+    if is_torch(array):
+        if array.device.type != "cpu":
+            raise ValueError(
+                f"{label}: a tensor on {array.device} on the c (host) target; pass CPU "
+                "tensors, or dispatch the cuda target"
+            )
+        return torch_numpy(array)
+    raise ValueError(
+        f"{label}: expected a numpy array or a CPU torch tensor on the c target, got "
+        f"{type(array).__name__}"
+    )
+
+
 def _writable(label: str, array, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """Check a caller's output buffer: numpy, the shape and dtype, C-contiguous, aligned."""
-    if not isinstance(array, np.ndarray):
-        raise ValueError(
-            f"{label}: expected a numpy array on the c target, got {type(array).__name__}"
-        )
+    """Check a caller's output buffer: the shape and dtype, C-contiguous, aligned."""
+    array = host_array(label, array)
     if tuple(array.shape) != shape or array.dtype != dtype:
         raise ValueError(
             f"{label}: expected shape {shape} and dtype {dtype}, got "
@@ -44,7 +60,7 @@ def _writable(label: str, array, shape: tuple[int, ...], dtype: np.dtype) -> np.
     if not (array.flags.c_contiguous and array.flags.writeable) or array.ctypes.data % ALIGN:
         raise ValueError(
             f"{label}: must be a writeable, C-contiguous, {ALIGN}-byte aligned "
-            "array (the kernels write it in place)"
+            "array (the kernels write it in place; a copy would lose the output)"
         )
     return array
 
@@ -57,6 +73,14 @@ def args_struct(abi: cache.KernelAbi) -> type[ctypes.Structure]:
     """The kernarg struct of a kernel's ABI record (wino.cache.KernelAbi)."""
     fields = [(name, _CTYPES[ctype]) for ctype, name in abi.kernargs]
     return type(f"Args_{abi.kind}", (ctypes.Structure,), {"_fields_": fields})
+
+
+class _Launch(NamedTuple):
+    function: Any  # the ctypes function, argtypes set
+    args: ctypes.Structure  # the kernargs, packed once
+    address: int  # of args
+    gx: int
+    gy: int
 
 
 class HostBackend(Backend):
@@ -73,6 +97,28 @@ class HostBackend(Backend):
             self._functions[name] = getattr(library, entry.symbol)
         return self._functions[name]
 
+    def prepare(self, plan: Plan, step: KernelStep) -> _Launch:
+        abi = self.manifest.kernel(step.name).abi
+        function = self.function(step.name)
+        function.argtypes = [ctypes.c_void_p] * (1 + len(abi.buffers)) + [ctypes.c_uint] * 2
+        function.restype = None
+        args = args_struct(abi)(*abi.pack(step.launch.kernargs))
+        gx, gy, _ = step.launch.grid
+        return _Launch(function, args, ctypes.addressof(args), gx, gy)
+
+    def issue(self, op, pointers: dict, ctx) -> None:
+        h = op.handle
+        h.function(h.address, *[pointers[s.source] + s.offset for s in op.slots], h.gx, h.gy)
+
+    def issue_gemm(self, op, pointers: dict, arrays: dict, ctx) -> None:
+        raw, u = arrays[Source.WS], arrays[Source.U]
+        view = self.typed_view
+        if u is None:
+            u = view(raw, op.U.offset, op.U.count, op.U.dtype, op.U.shape)
+        V = view(raw, op.V.offset, op.V.count, op.V.dtype, op.V.shape)
+        M = view(raw, op.M.offset, op.M.count, op.M.dtype, op.M.shape)
+        self.gemm(op.step, V, u, M, op.images)
+
     def launch(self, plan: Plan, step: KernelStep, buffers: dict[str, np.ndarray]) -> None:
         abi = self.manifest.kernel(step.name).abi
         args = args_struct(abi)(*abi.pack(step.launch.kernargs))
@@ -80,36 +126,56 @@ class HostBackend(Backend):
         pointers = [ctypes.c_void_p(0 if b is None else b.ctypes.data) for b in arrays]
         gx, gy, _ = step.launch.grid
         self.function(step.name)(
-            ctypes.byref(args), *pointers, ctypes.c_uint(gx), ctypes.c_uint(gy)
+            ctypes.c_void_p(ctypes.addressof(args)), *pointers, ctypes.c_uint(gx), ctypes.c_uint(gy)
         )
 
     # Array primitives --------------------------------------------------------------------------
-    def raw_workspace(self, plan: Plan, workspace) -> np.ndarray:
+    def context(self, array, stream, label: str = "x") -> None:
+        if stream is not None:
+            raise ValueError("stream: the c (host) target runs synchronously; pass stream=None")
+        host_array(label, array)
+
+    def pointer(self, array: np.ndarray) -> int:
+        return array.ctypes.data
+
+    def raw_workspace(self, plan: Plan, workspace, ctx=None) -> np.ndarray:
         if workspace is None:
             return np.empty(plan.workspace_bytes, dtype=np.uint8)
-        if (
-            not isinstance(workspace, np.ndarray)
-            or not workspace.flags.c_contiguous
-            or (workspace.ctypes.data % ALIGN or not workspace.flags.writeable)
+        workspace = host_array("workspace", workspace)
+        if not workspace.flags.c_contiguous or (
+            workspace.ctypes.data % ALIGN or not workspace.flags.writeable
         ):
             raise ValueError(
                 f"workspace: expected a writeable, C-contiguous, {ALIGN}-byte "
                 f"aligned numpy array of at least {plan.workspace_bytes} bytes"
             )
-        return workspace.view(np.uint8).reshape(-1)
+        raw = workspace.view(np.uint8).reshape(-1)
+        if raw.size < plan.workspace_bytes:
+            raise ValueError(f"workspace: {raw.size} bytes given, {plan.workspace_bytes} needed")
+        return raw
 
     def typed_view(self, raw, offset: int, count: int, dtype: DType, shape) -> np.ndarray:
         nbytes = count * dtype.itemsize
         return raw[offset : offset + nbytes].view(numpy_dtype(dtype)).reshape(shape)
 
-    def operand(self, array, dtype: DType) -> np.ndarray:
-        return _aligned(array)
+    def operand(self, array, dtype: DType, label: str = "x", ctx=None) -> np.ndarray:
+        return _aligned(host_array(label, array))
 
-    def output(self, plan: Plan, x, y) -> tuple[np.ndarray, np.ndarray]:
+    def output(self, plan: Plan, x, y, ctx=None) -> tuple[Any, np.ndarray]:
         p = plan.problem
         shape, dtype = (p.N, p.Ho, p.Wo, p.K), numpy_dtype(p.dtype)
-        y = np.empty(shape, dtype=dtype) if y is None else _writable("y", y, shape, dtype)
+        if y is not None:
+            return y, _writable("y", y, shape, dtype)
+        if is_torch(x):
+            import torch
+
+            y = torch.empty(shape, dtype=x.dtype)
+            return y, torch_numpy(y)
+        y = np.empty(shape, dtype=dtype)
         return y, y
+
+    def empty(self, like, buffer, ctx=None) -> np.ndarray:
+        return np.empty(buffer.shape, dtype=numpy_dtype(buffer.dtype))
 
     def holds(self, array, shape: tuple[int, ...], dtype: DType) -> bool:
         return (

@@ -6,6 +6,8 @@ workspace size and the batch split. It runs on the backend of its target (host C
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +85,7 @@ class Plan:
     source: str  # "tuning DB" or "default pick"
     kind: str = "unfused2d_rt"
     _backend: Any = field(default=None, repr=False)
+    _program: Any = field(default=None, repr=False)  # the backend's prepared launches
 
     @property
     def steps(self) -> list[Step]:
@@ -133,14 +136,29 @@ class Plan:
             self._backend = registry.backend_for(self.target, self.manifest)
         return self._backend
 
-    def transform_filter(self, w, workspace=None):
+    def transform_filter(self, w, workspace=None, stream=None):
         """K1 alone: returns (U, fs) for this plan; pass it as ``U=`` to later runs."""
-        return self.backend().transform_filter(self, w, workspace)
+        return self.backend().transform_filter(self, w, workspace, stream)
 
-    def run(self, x, w=None, y=None, workspace=None, U=None):
+    def run(self, x, w=None, y=None, workspace=None, U=None, stream=None):
         """y = conv(x, w). ``U`` (from transform_filter) skips K1; ``workspace`` (bytes or an
-        array of at least ``workspace_bytes``) and ``y`` may be passed in to avoid allocation."""
-        return self.backend().run(self, x, w, y, workspace, U)
+        array of at least ``workspace_bytes``) and ``y`` may be passed in to avoid allocation.
+
+        On CUDA the launches (and the cuBLAS GEMM) go on ``stream``: a torch.cuda.Stream, a
+        CuPy stream or a raw ``cudaStream_t`` int; None is the caller's current stream
+        (PyTorch's for torch tensors, CuPy's for CuPy arrays). With ``y`` and ``workspace``
+        given, a run allocates nothing, synchronizes nothing and reads nothing back, so CUDA
+        graph capture (``torch.cuda.graph``, CuPy stream capture) records it."""
+        return self.backend().run(self, x, w, y, workspace, U, stream)
+
+    def graph(self, x, w=None, y=None, workspace=None, U=None):
+        """Capture ``run(x, w or U, y, workspace)`` once (one eager run first: module loads,
+        cuBLAS handle) and return a ``PlanGraph`` whose ``replay()`` re-issues it on the same
+        arrays; fill x (and w) in place between replays. ``y`` and ``workspace`` are
+        required: a replay writes where the capture did."""
+        from .graphs import capture
+
+        return capture(self, x, w, y, workspace, U)
 
 
 def plan_layout(problem: Problem, tile: Tile, specs: dict[Stage, StageSpec], chunk: int):
@@ -227,6 +245,22 @@ def _pick_target(target: Target | str | None) -> Target:
     return Target.CUDA if registry.cuda_available() else Target.C
 
 
+#: Plans by everything that decides one: key -> (cache state, plan), oldest first.
+_PLANS: dict[tuple, tuple[tuple, Plan]] = {}
+PLAN_CACHE_SIZE = 4096
+
+
+@functools.lru_cache(maxsize=64)
+def _locations(target: Target, cache_root, env: str | None) -> tuple[Path, Path]:
+    """(target folder, tuning DB) of a cache (``env``, $WINO_BUILD, is part of the key)."""
+    return cache.cache_root(cache_root) / target.value, tuning.db_path(target, cache_root)
+
+
+def clear_plan_cache() -> None:
+    """Forget every cached plan (the manifest and tuning-DB caches check the files anyway)."""
+    _PLANS.clear()
+
+
 def dispatch(
     problem: Problem,
     *,
@@ -240,18 +274,55 @@ def dispatch(
 ) -> Plan:
     """Assemble the plan for ``problem`` from the cache (no compiler involved).
 
-    Raises Refused (with the rule id) for problems wino does not serve, KeyError naming a
-    missing kernel and the command that builds it, FileNotFoundError when no cache exists."""
+    Plans are cached per process by every argument and by the state (path, mtime, size,
+    inode) of the manifest and tuning DB they were made from: a seen problem costs a few stat
+    calls and returns the same Plan object, whose backend, kernel handles and packed kernargs
+    are then reused. Raises Refused (with the rule id) for problems wino does not serve,
+    KeyError naming a missing kernel and the command that builds it, FileNotFoundError when
+    no cache exists."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm {algorithm!r}: expected one of {ALGORITHMS}")
-    tile = Tile.parse(tile) if isinstance(tile, str) else tile
     target = _pick_target(target)
+    tile = Tile.parse(tile) if isinstance(tile, str) else tile
+    frozen = None if specs is None else tuple(sorted(specs.items(), key=lambda kv: kv[0].value))
+    key = (problem, target, tile, batch_split, workspace_limit, cache_root, frozen)
+    base, db = _locations(target, cache_root, os.environ.get("WINO_BUILD"))
+    try:
+        state = (cache.manifest_state_in(base), (db, cache._file_key(db)))
+    except FileNotFoundError:  # no cache: a refusal still says what is wrong with the problem
+        _assemble(problem, target, tile, batch_split, workspace_limit, cache_root, specs, None)
+        raise
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] == state:
+        return hit[1]
+    plan = _assemble(
+        problem, target, tile, batch_split, workspace_limit, cache_root, specs, state[0]
+    )
+    if len(_PLANS) >= PLAN_CACHE_SIZE:
+        _PLANS.pop(next(iter(_PLANS)))  # the oldest
+    _PLANS[key] = (state, plan)
+    return plan
+
+
+def _assemble(
+    problem: Problem,
+    target: Target,
+    tile: Tile | None,
+    batch_split: int | None,
+    workspace_limit: int | None,
+    cache_root: Path | None,
+    specs: dict[Stage, StageSpec] | None,
+    manifest_at: tuple[Path, tuple[int, int, int]] | None,
+) -> Plan:
     if specs is not None:
         tile = _specs_tile(specs, tile)
     else:
         tile = tile or tuning.best_tile(problem, target, cache_root) or default_tile(problem)
     check_problem(problem, tile)  # the index rule against the tile that will run
-    manifest = cache.find_manifest(target, cache_root)
+    if manifest_at is None:
+        manifest = cache.find_manifest(target, cache_root)  # raises FileNotFoundError
+    else:
+        manifest = cache.read_manifest(*manifest_at)
     source = "caller"
     if specs is None:
         specs, source = tuning.lookup(problem, target, tile, cache_root), "tuning DB"

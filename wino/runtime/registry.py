@@ -24,10 +24,21 @@ def load(ref: str) -> Any:
     return getattr(importlib.import_module(module), attribute)
 
 
+#: One backend per manifest object (a new manifest file makes a new object): kernel handles are
+#: resolved once per process. Keyed by id; the value keeps the manifest alive.
+_BACKENDS: dict[int, tuple[cache.Manifest, Any]] = {}
+
+
 def backend_for(target: Target, manifest: cache.Manifest):
+    """The backend running ``manifest``'s kernels (one per manifest and process)."""
+    hit = _BACKENDS.get(id(manifest))
+    if hit is not None and hit[0] is manifest:
+        return hit[1]
     if target not in BACKENDS:
         raise ValueError(f"target {target.value} has no runtime backend here (HIP is compile-only)")
-    return load(BACKENDS[target])(manifest)
+    backend = load(BACKENDS[target])(manifest)
+    _BACKENDS[id(manifest)] = (manifest, backend)
+    return backend
 
 
 @functools.lru_cache(maxsize=1)

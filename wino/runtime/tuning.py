@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -23,18 +24,38 @@ def problem_key(problem: Problem) -> str:
     return problem.to_miopen() + f" -l {problem.dil_h} -j {problem.dil_w}"
 
 
-def load(target: Target, root: Path | None = None) -> dict:
+#: Parsed DBs by path: (file key when parsed, data). Read again only when the file changes.
+_LOADED: dict[Path, tuple[tuple[int, int, int] | None, dict]] = {}
+
+
+def state(target: Target, root: Path | None = None) -> tuple[Path, tuple[int, int, int] | None]:
+    """(path, file key) of the target's DB: what decides whether a cached plan is still valid."""
     path = db_path(target, root)
-    if not path.is_file():
+    return path, cache._file_key(path)
+
+
+def load(target: Target, root: Path | None = None) -> dict:
+    """The DB, parsed and validated once per version of the file (a copy: callers may edit)."""
+    return copy.deepcopy(_loaded(target, root))
+
+
+def _loaded(target: Target, root: Path | None = None) -> dict:
+    path, key = state(target, root)
+    if key is None:
         return {"format": 1, "target": target.value, "entries": {}}
+    hit = _LOADED.get(path)
+    if hit is not None and hit[0] == key:
+        return hit[1]
     data = json.loads(path.read_text(encoding="utf-8"))
-    return config.validate(data, "tuning", str(path))
+    config.validate(data, "tuning", str(path))
+    _LOADED[path] = (key, data)
+    return data
 
 
 def lookup(
     problem: Problem, target: Target, tile: Tile, root: Path | None = None
 ) -> dict[Stage, StageSpec] | None:
-    entry = load(target, root)["entries"].get(problem_key(problem))
+    entry = _loaded(target, root)["entries"].get(problem_key(problem))
     if entry is None or entry["tile"] != tile.name:
         return None
     return {
@@ -43,7 +64,7 @@ def lookup(
 
 
 def best_tile(problem: Problem, target: Target, root: Path | None = None) -> Tile | None:
-    entry = load(target, root)["entries"].get(problem_key(problem))
+    entry = _loaded(target, root)["entries"].get(problem_key(problem))
     return Tile.parse(entry["tile"]) if entry else None
 
 

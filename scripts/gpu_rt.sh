@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The runtime's GPU checks (issue 10), from the repo root on an H200 with CuPy, PyTorch (with
+# torchvision) and nvcc, after `python3 -m doit -n 16 compile:cuda`; doit and jsonschema on
+# PYTHONPATH. Logs go to $OUT (default /tmp/out); each step has a time limit (seconds).
+#   1. wino bench --overhead on cuda: fp16 1x64x8x8 (the issue's case) and 32x256x14x14
+#   2. GPU tests: the caller's stream, CUDA graphs, wino.torch in fp16 (tests/test_runtime_streams.py)
+#   3. the numeric suite on the GPU through the new launch path (tests/test_runtime_cuda.py)
+#   4. examples/torch_resnet.py: ResNet-50 and VGG-16 fp16 (EXAMPLE_ARGS, default --batch 32)
+set -u -o pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+status=0
+step() {  # step LIMIT LOG COMMAND...
+  local limit=$1 log=$2
+  shift 2
+  echo "== $*" | tee -a "$OUT/$log"
+  timeout "$limit" "$@" 2>&1 | tee -a "$OUT/$log" || status=1
+}
+step 60 overhead.log python3 -m wino.cli bench --overhead --target cuda
+step 60 overhead.log python3 -m wino.cli bench --overhead --target cuda \
+  --miopen-cmd "convfp16 -n 32 -c 256 -H 14 -W 14 -k 256 -y 3 -x 3 -p 1 -q 1"
+step "${STREAMS_LIMIT:-150}" pytest.log python3 -m pytest -q -p no:cacheprovider tests/test_runtime_streams.py
+step "${CUDA_LIMIT:-150}" pytest.log python3 -m pytest -q -p no:cacheprovider tests/test_runtime_cuda.py
+# shellcheck disable=SC2086
+step "${EXAMPLE_LIMIT:-150}" example.log python3 examples/torch_resnet.py ${EXAMPLE_ARGS:---batch 32} \
+  --json "$OUT/resnet.json"
+exit $status

@@ -1,0 +1,42 @@
+"""``wino bench --overhead`` on the host target: every row measured and printed."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import runtime_fixtures as rf
+from wino.bench import overhead
+from wino.vocab import Target
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return rf.host_cache(tmp_path_factory)
+
+
+def test_rows_and_report(root):
+    problem = rf.EXTRA[2].problem
+    rows = overhead.measure(problem, Target.C, root, loops=3, repeats=2)
+    names = [r.name for r in rows]
+    assert names == [
+        "import runtime",
+        "first dispatch",
+        "dispatch (seen)",
+        "plan.run",
+        "wino.conv2d",
+        "graph replay",
+        "torch conv2d",
+    ]
+    assert all(r.us is None or r.us > 0 for r in rows)
+    assert all(r.us is not None for r in rows[:-1])
+    text = overhead.report(problem, Target.C, rows)
+    assert text.splitlines()[0].startswith("wino bench --overhead: fp32 N3 C16")
+    for name in names:
+        assert name in text
+    assert "<= 5 us" in text and "<= 2x torch" in text
+
+
+def test_per_call_is_the_median_per_loop():
+    calls = []
+    us = overhead.per_call_us(lambda: calls.append(1), lambda: None, loops=10, repeats=3)
+    assert len(calls) == 1 + 10 * 3 and us > 0

@@ -1,0 +1,287 @@
+"""The runtime inside a model on the GPU (H200): launches on the caller's stream (torch's
+current stream, an explicit torch/CuPy stream), CUDA graph capture and replay (torch and
+CuPy), wino.torch in fp16 with torch.compile and CUDA graphs, and bad inputs refused before
+any kernel. Skipped with a reason where CuPy, PyTorch with CUDA, a device or nvcc is missing."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from wino.pick import default_stage_specs
+from wino.problem import Problem
+from wino.runtime import conv2d_reference, dispatch, relative_error
+from wino.runtime.plan import default_tile
+from wino.runtime.registry import cuda_available
+from wino.vocab import DType
+
+from .runtime_fixtures import issue_bound
+
+torch = pytest.importorskip("torch", reason="the stream and graph tests use PyTorch")
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a CUDA device"),
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs PyTorch with CUDA"),
+    pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to build the cubins"),
+]
+
+#: One problem per path: fp16 F4x4 with a batch split, bf16, fp32 F2x2 with groups.
+PROBLEMS = [
+    Problem(N=8, C=64, H=28, W=28, K=64, pad_h=1, pad_w=1, dtype="fp16"),
+    Problem(N=2, C=32, H=17, W=19, K=48, pad_h=1, pad_w=1, dtype="bf16"),
+    Problem(N=2, C=32, H=9, W=9, K=32, pad_h=1, pad_w=1, groups=4, dtype="fp32"),
+]
+#: The layers of the wino.torch tests (fp16): (C, K, H, W, padding, dilation, groups, bias).
+LAYERS = [
+    (64, 64, 28, 28, 1, 1, 1, True),
+    (32, 64, 20, 20, 2, 2, 2, False),
+]
+TORCH = {DType.FP16: "float16", DType.BF16: "bfloat16", DType.FP32: "float32"}
+
+
+def _layer_problem(layer, n=4) -> Problem:
+    c, k, h, w, p, d, g, _ = layer
+    return Problem(N=n, C=c, H=h, W=w, K=k, pad_h=p, pad_w=p, dil_h=d, dil_w=d, groups=g,
+                   dtype="fp16")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    from tests import cuda_cache
+
+    specs = set()
+    for p in PROBLEMS + [_layer_problem(layer) for layer in LAYERS]:
+        specs.update(default_stage_specs(p, default_tile(p)).values())
+    folder = tmp_path_factory.mktemp("stream-cache")
+    cuda_cache.build(specs, folder)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WINO_BUILD", str(folder))  # wino.torch dispatches from the default cache
+        yield folder
+
+
+def _operands(p: Problem, seed: int = 0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    dt = getattr(torch, TORCH[p.dtype])
+    x = torch.randn(p.N, p.H, p.W, p.C, device="cuda", generator=g).to(dt)
+    w = torch.randn(p.K, 3, 3, p.Cg, device="cuda", generator=g).to(dt)
+    return x, w
+
+
+def _bound(plan) -> float:
+    return issue_bound(plan.tile, plan.problem.dtype, plan.xdtype)
+
+
+def _error(plan, x, w, y) -> float:
+    p = plan.problem
+    ref = conv2d_reference(
+        x.double().cpu().numpy(),
+        w.double().cpu().numpy(),
+        (p.pad_h, p.pad_w),
+        (p.dil_h, p.dil_w),
+        p.groups,
+    )
+    return relative_error(y.double().cpu().numpy(), ref)
+
+
+# Streams ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("p", PROBLEMS, ids=lambda p: p.dtype.short)
+def test_runs_on_torchs_current_stream(root, p):
+    """x is filled on a busy non-default stream right before the run: a launch on any other
+    stream would read it early. 20 rounds, each compared with a synchronized rerun."""
+    plan = dispatch(p, target="cuda", cache_root=root, batch_split=max(1, p.N // 3))
+    src, w = _operands(p)
+    U = plan.transform_filter(w)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    x = torch.empty_like(src)
+    y = torch.empty(p.N, p.Ho, p.Wo, p.K, dtype=src.dtype, device="cuda")
+    ws = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device="cuda")
+    wrong = 0
+    for round_ in range(20):
+        with torch.cuda.stream(side):
+            x.zero_()
+            torch.cuda._sleep(2_000_000)  # about a millisecond of a busy stream
+            x.copy_(src * (round_ + 1))
+            plan.run(x, U=U, y=y, workspace=ws)
+        side.synchronize()
+        expect = plan.run(x, U=U)
+        torch.cuda.synchronize()
+        wrong += not torch.equal(y, expect)
+    assert wrong == 0, f"{wrong} of 20 runs read x before it was written"
+    assert _error(plan, x, w, y) <= _bound(plan)
+
+
+def test_explicit_streams_torch_cupy_and_raw(root):
+    import cupy
+
+    p = PROBLEMS[0]
+    plan = dispatch(p, target="cuda", cache_root=root)
+    src, w = _operands(p, 1)
+    U = plan.transform_filter(w)
+    expect = plan.run(src, U=U)
+    torch.cuda.synchronize()
+    for make in (
+        lambda: torch.cuda.Stream(),
+        lambda: cupy.cuda.Stream(non_blocking=True),
+        lambda: torch.cuda.Stream().cuda_stream,  # a raw cudaStream_t
+    ):
+        stream = make()
+        handle = stream if isinstance(stream, int) else getattr(stream, "cuda_stream", None)
+        handle = handle if handle is not None else stream.ptr
+        ext = torch.cuda.ExternalStream(handle)
+        x = torch.zeros_like(src)
+        y = torch.full_like(expect, float("nan"))
+        with torch.cuda.stream(ext):
+            torch.cuda._sleep(2_000_000)
+            x.copy_(src)
+        plan.run(x, U=U, y=y, stream=stream)  # the current stream is the default one
+        ext.synchronize()
+        assert torch.equal(y, expect), type(stream).__name__
+
+
+def test_cupy_arrays_run_on_cupys_current_stream(root):
+    import cupy
+
+    p = PROBLEMS[2]
+    plan = dispatch(p, target="cuda", cache_root=root)
+    tx, tw = _operands(p, 2)
+    x, w = cupy.asarray(tx), cupy.asarray(tw)
+    expect = cupy.asarray(plan.run(tx, tw))
+    torch.cuda.synchronize()
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        xs = cupy.zeros_like(x)
+        for _ in range(50):  # a busy stream before x is written
+            xs = xs * 1.0
+        xs[...] = x
+        y = plan.run(xs, w)
+    stream.synchronize()
+    assert bool((y == expect).all())
+
+
+# Graphs ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("p", PROBLEMS, ids=lambda p: p.dtype.short)
+def test_torch_graph_replay_equals_eager(root, p):
+    plan = dispatch(p, target="cuda", cache_root=root, batch_split=max(1, p.N // 3))
+    x, w = _operands(p, 3)
+    y = torch.empty(p.N, p.Ho, p.Wo, p.K, dtype=x.dtype, device="cuda")
+    ws = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device="cuda")
+    graph = plan.graph(x, w, y=y, workspace=ws)  # K1 captured too
+    for seed in (4, 5):
+        fresh, fresh_w = _operands(p, seed)
+        x.copy_(fresh)
+        w.copy_(fresh_w)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, plan.run(x, w))
+    assert _error(plan, x, w, y) <= _bound(plan)
+
+
+def test_user_capture_with_torch_cuda_graph(root):
+    p = PROBLEMS[0]
+    plan = dispatch(p, target="cuda", cache_root=root)
+    x, w = _operands(p, 6)
+    U = plan.transform_filter(w)
+    y = torch.empty(p.N, p.Ho, p.Wo, p.K, dtype=x.dtype, device="cuda")
+    ws = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device="cuda")
+    plan.run(x, U=U, y=y, workspace=ws)  # warm: modules loaded, cuBLAS handle made
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        plan.run(x, U=U, y=y, workspace=ws)
+    x.mul_(-1.0)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, plan.run(x, U=U))
+
+
+def test_cupy_graph_replay_equals_eager(root):
+    import cupy
+
+    p = PROBLEMS[0]  # fp16: CuPy arrays
+    plan = dispatch(p, target="cuda", cache_root=root)
+    tx, tw = _operands(p, 7)
+    x, w = cupy.asarray(tx).copy(), cupy.asarray(tw).copy()
+    y = cupy.empty((p.N, p.Ho, p.Wo, p.K), dtype=cupy.float16)
+    ws = cupy.empty(plan.workspace_bytes, dtype=cupy.uint8)
+    U = plan.transform_filter(w)
+    graph = plan.graph(x, U=U, y=y, workspace=ws)
+    x *= 0.5
+    graph.replay(stream=cupy.cuda.Stream(non_blocking=True))
+    cupy.cuda.runtime.deviceSynchronize()
+    assert bool((y == plan.run(x, U=U)).all())
+
+
+# wino.torch on the GPU -------------------------------------------------------------------------
+def _net(layer):
+    from torch import nn
+
+    c, k, _, _, p, d, g, bias = layer
+    torch.manual_seed(c + k)
+    return nn.Sequential(
+        nn.Conv2d(c, k, 3, padding=p, dilation=d, groups=g, bias=bias),
+        nn.ReLU(),
+        nn.Conv2d(k, k, 3, padding=1),
+    )
+
+
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda v: f"c{v[0]}k{v[1]}d{v[5]}g{v[6]}")
+def test_wino_torch_eager_compiled_and_graphed(root, layer):
+    import wino.torch as wt
+
+    net = _net(layer).cuda().half().eval().to(memory_format=torch.channels_last)
+    c, _, h, w = layer[:4]
+    x = torch.randn(4, c, h, w, device="cuda").half().to(memory_format=torch.channels_last)
+    with torch.inference_mode():
+        ref = net.float()(x.float())
+        net.half()
+        wt.convert(net)
+        assert all(isinstance(m, wt.Conv2d) for m in (net[0], net[2]))
+        eager = net(x)
+        assert eager.is_contiguous(memory_format=torch.channels_last)
+        error = ((eager.float() - ref).abs().max() / ref.abs().max()).item()
+        assert error < 3e-2, error
+        compiled = torch.compile(net, fullgraph=True)
+        assert torch.allclose(compiled(x), eager, rtol=1e-3, atol=1e-3)
+        static = x.clone()
+        net(static)  # warm (U cached) before the capture
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = net(static)
+        static.copy_(x * 2)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, net(x * 2))
+
+
+# Bad input -------------------------------------------------------------------------------------
+def test_bad_inputs_are_named_before_any_kernel(root):
+    p = PROBLEMS[0]
+    plan = dispatch(p, target="cuda", cache_root=root)
+    x, w = _operands(p, 8)
+    y = torch.full((p.N, p.Ho, p.Wo, p.K), float("nan"), dtype=x.dtype, device="cuda")
+    with pytest.raises(ValueError, match="x: a tensor on cpu"):
+        plan.run(x.cpu(), w, y=y)
+    with pytest.raises(ValueError, match="w: a tensor on cpu"):
+        plan.run(x, w.cpu(), y=y)
+    with pytest.raises(ValueError, match="y: must be C-contiguous"):
+        plan.run(x, w, y=y.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3))
+    with pytest.raises(ValueError, match="workspace: expected"):
+        plan.run(x, w, y=y, workspace=torch.empty(8, dtype=torch.uint8, device="cuda"))
+    with pytest.raises(ValueError, match="stream: expected"):
+        plan.run(x, w, y=y, stream="default")
+    torch.cuda.synchronize()
+    assert torch.isnan(y).all()  # nothing half-written
+    import wino.torch as wt
+
+    conv = torch.nn.Conv2d(p.C, p.K, 3, padding=1).cuda().half()
+    xn = x.permute(0, 3, 1, 2)
+    with pytest.raises(ValueError, match="weight: on cpu"):
+        torch.ops.wino.conv2d(xn, conv.weight.cpu(), None, [1, 1], [1, 1], 1)
+    with pytest.raises(ValueError, match="x: wino reads NCHW tensors in channels_last"):
+        wt.ops.conv2d(xn.contiguous(), conv.weight, None, [1, 1], [1, 1], 1)
+    assert np.isfinite(plan.run(x, w).float().cpu().numpy()).all()

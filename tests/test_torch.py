@@ -1,0 +1,285 @@
+"""wino.torch on CPU tensors (the host target, the c cache): the wino::conv2d op against a
+float64 reference, its fake implementation (opcheck, torch.compile(fullgraph=True)), the Conv2d
+drop-in (torch path in training and with grad, U cached per weight version), convert(model)
+and the errors for inputs wino does not take."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="wino.torch needs PyTorch (pip install 'wino[torch]')")
+
+from torch import nn  # noqa: E402
+
+import wino.torch as wt  # noqa: E402
+from tests import host_cache  # noqa: E402
+from tests.runtime_fixtures import issue_bound  # noqa: E402
+from wino.pick import default_stage_specs  # noqa: E402
+from wino.problem import Problem  # noqa: E402
+from wino.runtime import conv2d_reference, dispatch, relative_error  # noqa: E402
+from wino.runtime.plan import Plan, default_tile  # noqa: E402
+from wino.vocab import DType  # noqa: E402
+
+#: (in, out, H, W, padding, dilation, groups, bias) of the layers the tests run.
+LAYERS = [
+    (8, 16, 10, 10, (1, 1), (1, 1), 1, True),
+    (16, 16, 9, 11, (2, 0), (2, 1), 4, False),
+    (8, 8, 12, 12, (2, 2), (2, 2), 2, True),  # padding="same" at dilation 2
+    (16, 8, 6, 7, (0, 1), (1, 1), 1, True),
+]
+N = 2
+TORCH_DTYPES = {DType.FP32: torch.float32, DType.FP16: torch.float16, DType.BF16: torch.bfloat16}
+
+
+def _problem(layer, dtype: DType = DType.FP32, n: int = N) -> Problem:
+    c, k, h, w, (ph, pw), (dh, dw), g, _ = layer
+    return Problem(
+        N=n, C=c, H=h, W=w, K=k, pad_h=ph, pad_w=pw, dil_h=dh, dil_w=dw, groups=g, dtype=dtype
+    )
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """A host cache of the default picks of LAYERS (fp32, and the first layer in fp16, bf16),
+    made the default cache ($WINO_BUILD) while these tests run."""
+    problems = [_problem(layer) for layer in LAYERS]
+    problems += [_problem(LAYERS[0], dtype) for dtype in (DType.FP16, DType.BF16)]
+    specs = set()
+    for p in problems:
+        specs.update(default_stage_specs(p, default_tile(p)).values())
+    folder = tmp_path_factory.mktemp("torch-cache")
+    host_cache.build(specs, folder)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WINO_BUILD", str(folder))
+        yield folder
+
+
+def _conv(layer, dtype=torch.float32) -> nn.Conv2d:
+    c, k, _, _, padding, dilation, groups, bias = layer
+    torch.manual_seed(sum(layer[:4]))
+    conv = nn.Conv2d(c, k, 3, padding=padding, dilation=dilation, groups=groups, bias=bias)
+    return conv.to(dtype).eval()
+
+
+def _input(layer, dtype=torch.float32, n=N) -> torch.Tensor:
+    c, _, h, w = layer[:4]
+    torch.manual_seed(h * w)
+    return torch.randn(n, c, h, w).to(dtype).contiguous(memory_format=torch.channels_last)
+
+
+def _reference(x, conv) -> np.ndarray:
+    """float64 reference in NCHW (bias included)."""
+    y = conv2d_reference(
+        x.double().permute(0, 2, 3, 1).numpy(),
+        conv.weight.detach().double().permute(0, 2, 3, 1).numpy(),
+        conv.padding,
+        conv.dilation,
+        conv.groups,
+    )
+    if conv.bias is not None:
+        y = y + conv.bias.detach().double().numpy()
+    return y.transpose(0, 3, 1, 2)
+
+
+def _bound(layer, dtype: DType) -> float:
+    p = _problem(layer, dtype)
+    plan = dispatch(p, target="c")
+    return issue_bound(plan.tile, dtype, plan.xdtype)
+
+
+def _error(y, ref) -> float:
+    return relative_error(y.detach().double().numpy(), ref)
+
+
+# The op ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda v: f"c{v[0]}k{v[1]}p{v[4]}d{v[5]}g{v[6]}")
+def test_op_within_bound_and_channels_last(root, layer):
+    conv, x = _conv(layer), _input(layer)
+    y = torch.ops.wino.conv2d(
+        x, conv.weight, conv.bias, list(conv.padding), list(conv.dilation), conv.groups
+    )
+    p = _problem(layer)
+    assert tuple(y.shape) == (p.N, p.K, p.Ho, p.Wo)
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    assert _error(y, _reference(x, conv)) <= _bound(layer, DType.FP32)
+
+
+@pytest.mark.parametrize("dtype", [DType.FP16, DType.BF16], ids=lambda d: d.short)
+def test_op_in_16_bit(root, dtype):
+    layer = LAYERS[0]
+    conv, x = _conv(layer, TORCH_DTYPES[dtype]), _input(layer, TORCH_DTYPES[dtype])
+    with torch.inference_mode():
+        y = wt.Conv2d.from_conv(conv)(x)
+    assert y.dtype == TORCH_DTYPES[dtype]
+    assert _error(y, _reference(x, conv)) <= _bound(layer, dtype)
+
+
+def test_opcheck(root):
+    layer = LAYERS[0]
+    conv, x = _conv(layer), _input(layer)
+    args = (x, conv.weight.detach(), conv.bias.detach(), [1, 1], [1, 1], 1)
+    torch.library.opcheck(torch.ops.wino.conv2d.default, args)
+
+
+# The module ------------------------------------------------------------------------------------
+def test_module_runs_wino_in_inference_and_torch_otherwise(root):
+    layer = LAYERS[0]
+    conv, x = _conv(layer), _input(layer)
+    module = wt.Conv2d.from_conv(conv)
+    assert module.weight is conv.weight and module.bias is conv.bias  # shared, not copied
+    expect = nn.functional.conv2d(x, conv.weight, conv.bias, 1, conv.padding)
+    with torch.inference_mode():
+        y = module(x)
+    assert not torch.equal(y, expect)  # wino's rounding, not torch's
+    assert _error(y, _reference(x, conv)) <= _bound(layer, DType.FP32)
+    assert torch.equal(module(x), expect)  # grad enabled, weight requires grad: torch
+    module.train()
+    with torch.no_grad():
+        assert torch.equal(module(x), expect)  # training mode: torch
+
+
+def test_module_constructor_refuses_with_the_rule():
+    with pytest.raises(wt_refused(), match="stride_not_1"):
+        wt.Conv2d(8, 8, 3, stride=2)
+    with pytest.raises(wt_refused(), match="not_3x3"):
+        wt.Conv2d(8, 8, 5)
+    assert wt.refusal(nn.Conv2d(8, 8, 3, padding="same", dilation=3)) is None
+
+
+def wt_refused():
+    from wino import Refused
+
+    return Refused
+
+
+def test_U_is_cached_per_weight_version(root, monkeypatch):
+    layer = LAYERS[3]
+    conv, x = _conv(layer), _input(layer)
+    module = wt.Conv2d.from_conv(conv)
+    calls = []
+    real = Plan.transform_filter
+
+    def counting(self, w, workspace=None, stream=None):
+        calls.append(w)
+        return real(self, w, workspace, stream)
+
+    monkeypatch.setattr(Plan, "transform_filter", counting)
+    with torch.inference_mode():
+        first = module(x)
+        assert torch.equal(module(x), first)
+        assert len(calls) == 1
+    with torch.no_grad():
+        conv.weight.mul_(-2.0)  # an in-place update: a new version
+    with torch.inference_mode():
+        second = module(x)
+    assert len(calls) == 2
+    assert _error(second, _reference(x, conv)) <= _bound(layer, DType.FP32)
+
+
+# convert ---------------------------------------------------------------------------------------
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(8, 16, 3, padding=1)
+        self.body = nn.Sequential(
+            nn.ReLU(),
+            nn.Conv2d(16, 16, 3, padding=(2, 0), dilation=(2, 1), groups=4, bias=False),
+            nn.Conv2d(16, 16, 3, stride=2, padding=1),  # stride 2: left to torch
+            nn.Conv2d(16, 16, 1),  # 1x1: left to torch
+        )
+        self.shared = nn.Conv2d(16, 16, 5, padding=2)  # used twice, named once
+        self.again = self.shared
+
+    def forward(self, x):
+        return self.again(self.shared(self.body(self.stem(x))))
+
+
+def _net_input():
+    torch.manual_seed(0)
+    return torch.randn(N, 8, 10, 10).contiguous(memory_format=torch.channels_last)
+
+
+@pytest.fixture(scope="module")
+def net_cache(root):
+    stem = Problem(N=N, C=8, H=10, W=10, K=16, pad_h=1, pad_w=1)
+    body = Problem(N=N, C=16, H=10, W=10, K=16, pad_h=2, pad_w=0, dil_h=2, groups=4)
+    specs = set()
+    for p in (stem, body):
+        specs.update(default_stage_specs(p, default_tile(p)).values())
+    host_cache.build(specs, root)
+    return root
+
+
+def test_convert_swaps_the_eligible_layers_and_names_the_rest_once(net_cache, caplog):
+    torch.manual_seed(1)
+    net = Net().eval()
+    x = _net_input()
+    with torch.inference_mode():
+        expect = net(x)
+    with caplog.at_level(logging.WARNING, logger="wino.torch"):
+        assert wt.convert(net) is net
+    assert isinstance(net.stem, wt.Conv2d) and isinstance(net.body[1], wt.Conv2d)
+    assert type(net.body[2]) is nn.Conv2d and type(net.body[3]) is nn.Conv2d
+    assert net.shared is net.again and type(net.shared) is nn.Conv2d
+    left = [r.getMessage() for r in caplog.records]
+    assert len(left) == 3, left
+    assert any("body.2" in m and "stride_not_1" in m for m in left)
+    assert any("body.3" in m and "not_3x3" in m for m in left)
+    assert any("shared" in m and "not_3x3" in m for m in left)
+    with torch.inference_mode():
+        y = net(x)
+    scale = expect.abs().max().item()
+    assert (y - expect).abs().max().item() / scale < 1e-4
+
+
+def test_compile_fullgraph_traces_the_op(net_cache):
+    torch.manual_seed(2)
+    net = wt.convert(Net().eval())
+    x = _net_input()
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.extend(node.target for node in gm.graph.nodes)
+        return gm.forward
+
+    with torch.inference_mode():
+        eager = net(x)
+        compiled = torch.compile(net, fullgraph=True, backend=backend)
+        assert torch.equal(compiled(x), eager)
+        assert torch.equal(torch.compile(net, fullgraph=True, backend="aot_eager")(x), eager)
+    assert seen.count(torch.ops.wino.conv2d.default) == 2
+
+
+# Bad input -------------------------------------------------------------------------------------
+def test_bad_inputs_name_the_argument(root):
+    layer = LAYERS[0]
+    conv, x = _conv(layer), _input(layer)
+    args = (conv.weight, conv.bias, [1, 1], [1, 1], 1)
+    op = torch.ops.wino.conv2d
+    with pytest.raises(ValueError, match="x: wino reads NCHW tensors in channels_last"):
+        op(x.contiguous(), *args)
+    with pytest.raises(ValueError, match="x: torch.float64 is not served"):
+        op(x.double(), conv.weight.double(), conv.bias.double(), *args[2:])
+    with pytest.raises(ValueError, match="weight: on meta"):  # the op sends meta to the fake
+        wt.ops.check(x, conv.weight.to("meta"), conv.bias, 1)
+    with pytest.raises(ValueError, match="bias: torch.float16"):
+        op(x, conv.weight, conv.bias.half(), *args[2:])
+    with pytest.raises(ValueError, match="weight: 8 input channels per group"):
+        op(x, conv.weight, conv.bias, [1, 1], [1, 1], 2)
+
+
+def test_plan_run_on_cpu_tensors_writes_y_in_place(root):
+    """The host target takes CPU tensors as numpy views: y is written where it lies."""
+    p = _problem(LAYERS[0])
+    plan = dispatch(p, target="c")
+    x = torch.randn(p.N, p.H, p.W, p.C)
+    w = torch.randn(p.K, 3, 3, p.Cg)
+    y = torch.full((p.N, p.Ho, p.Wo, p.K), float("nan"))
+    assert plan.run(x, w, y=y) is y
+    ref = conv2d_reference(x.double().numpy(), w.double().numpy(), (1, 1), (1, 1), 1)
+    assert relative_error(y.double().numpy(), ref) <= issue_bound(plan.tile, p.dtype, plan.xdtype)
+    with pytest.raises(ValueError, match="y: must be a writeable, C-contiguous"):
+        plan.run(x, w, y=torch.empty(p.N, p.K, p.Ho, p.Wo).permute(0, 2, 3, 1))

@@ -1,0 +1,96 @@
+"""``plan.graph(...)``: a plan's run captured once as a CUDA graph and replayed.
+
+On CUDA the run is captured with ``torch.cuda.graph`` when x is a torch tensor (the graph then
+lives in torch's graph memory pool and replays on torch's current stream), else with CuPy
+stream capture. On the host target there is no graph: ``replay`` re-issues the run on the same
+arrays (so code written against the API runs everywhere).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..vocab import Target
+from .arrays import is_torch
+
+
+class PlanGraph:
+    """A captured run: ``replay(stream=None)`` re-issues every launch on the captured arrays."""
+
+    def __init__(self, plan, replay, graph: Any = None):
+        self.plan = plan
+        self._replay = replay
+        self.graph = graph  # torch.cuda.CUDAGraph, cupy.cuda.graph.Graph, or None (host)
+
+    def replay(self, stream=None) -> None:
+        self._replay(stream)
+
+
+def _required(y, workspace) -> None:
+    if y is None:
+        raise ValueError("y: plan.graph needs the output array (a replay writes where it was)")
+    if workspace is None:
+        raise ValueError("workspace: plan.graph needs a workspace of plan.workspace_bytes")
+
+
+def capture(plan, x, w, y, workspace, U) -> PlanGraph:
+    _required(y, workspace)
+    plan.run(x, w, y=y, workspace=workspace, U=U)  # eager first: module loads, handles, checks
+    if plan.target is not Target.CUDA:
+        return PlanGraph(plan, lambda stream: plan.run(x, w, y, workspace, U, stream))
+    if is_torch(x):
+        return _torch_graph(plan, x, w, y, workspace, U)
+    return _cupy_graph(plan, x, w, y, workspace, U)
+
+
+def _torch_graph(plan, x, w, y, workspace, U) -> PlanGraph:
+    import torch
+
+    torch.cuda.synchronize(x.device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        plan.run(x, w, y=y, workspace=workspace, U=U)
+
+    def replay(stream) -> None:
+        if stream is None:
+            graph.replay()
+            return
+        with torch.cuda.stream(_torch_stream(stream, x.device)):
+            graph.replay()
+
+    return PlanGraph(plan, replay, graph)
+
+
+def _torch_stream(stream, device):
+    import torch
+
+    if isinstance(stream, torch.cuda.Stream):
+        return stream
+    handle = stream if isinstance(stream, int) else getattr(stream, "ptr", None)
+    if handle is None:
+        raise TypeError(f"stream: expected a torch/CuPy stream or an int, got {stream!r}")
+    return torch.cuda.ExternalStream(handle, device=device)
+
+
+def _cupy_graph(plan, x, w, y, workspace, U) -> PlanGraph:
+    import cupy
+
+    stream = cupy.cuda.Stream(non_blocking=True)
+    cupy.cuda.get_current_stream().synchronize()
+    with stream:
+        stream.begin_capture()
+        try:
+            plan.run(x, w, y=y, workspace=workspace, U=U, stream=stream)
+        finally:
+            graph = stream.end_capture()
+
+    def replay(stream_) -> None:
+        if stream_ is None:
+            graph.launch(cupy.cuda.get_current_stream())
+        elif isinstance(stream_, int):
+            graph.launch(cupy.cuda.ExternalStream(stream_))
+        else:
+            handle = getattr(stream_, "cuda_stream", None)
+            graph.launch(cupy.cuda.ExternalStream(handle) if handle is not None else stream_)
+
+    return PlanGraph(plan, replay, graph)
