@@ -9,21 +9,25 @@ The logic lives in wino.builder; this file is its table of contents.
 from functools import lru_cache
 
 from wino import config
+from wino.builder import errors, tasks, wheel
 from wino.builder import plan as build_plan
-from wino.builder import tasks
 from wino.builder.paths import dep_file
+from wino.builder.reporter import BuildReporter
 
 DOIT_CONFIG = {
     "default_tasks": ["compile"],
     "dep_file": dep_file(),
     "verbosity": 1,
+    "reporter": BuildReporter,  # a line per task that runs and a summary: a no-op is one line
 }
 
 
 @lru_cache(maxsize=1)
 def plans():
-    """The grid per target, with every binary's address (rendered once per doit run)."""
-    return build_plan.plan()
+    """The grid per target, with every binary's address (rendered once per doit run). A skipped
+    target says why when it is asked for (compile:<target>), not on every run."""
+    with errors.loading():  # a bad grid or rule: one line, not doit's traceback
+        return build_plan.plan(quiet=True)
 
 
 def task_compile():
@@ -54,6 +58,11 @@ def task_validate():
         "file_dep": paths + sorted(str(p) for p in config.SCHEMAS.glob("*.json")),
         "verbosity": 2,
     }
+
+
+def task_wheel():
+    """Build dist/wino-*.whl carrying the c and cuda caches (to install where no compiler is)."""
+    return wheel.wheel_task(plans())
 
 
 def task_golden():

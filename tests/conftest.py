@@ -1,7 +1,12 @@
-"""Shared fixtures: the repository root and the public MIOpenDriver cases."""
+"""Shared fixtures: the repository root and the public MIOpenDriver cases; strict mode.
+
+WINO_STRICT_TOOLS=1 (set by .ci/run) turns every skip into a failure except the GPU ones
+(``GPU_SKIPS``): in CI a missing clang-19, matplotlib, golden file or case list must fail,
+not pass as a skip."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,8 +14,8 @@ import pytest
 from wino.problem import Problem
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The shared cases live beside the clone (CI checks ../shared out next to it).
-PUBLIC_CASES = Path(__file__).resolve().parents[2] / "shared" / "cases" / "public.txt"
+#: The repository's public case list (MIOpenDriver command lines of real layers).
+PUBLIC_CASES = ROOT / "cases" / "public.txt"
 
 
 def case_lines(path: Path) -> list[str]:
@@ -24,8 +29,6 @@ def case_lines(path: Path) -> list[str]:
 
 @pytest.fixture(scope="session")
 def public_lines() -> list[str]:
-    if not PUBLIC_CASES.is_file():
-        pytest.skip(f"public cases absent at {PUBLIC_CASES} (CI keeps ../shared beside the clone)")
     lines = case_lines(PUBLIC_CASES)
     assert lines, f"{PUBLIC_CASES} holds no command lines"
     return lines
@@ -34,3 +37,26 @@ def public_lines() -> list[str]:
 @pytest.fixture(scope="session")
 def public_problems(public_lines) -> list[Problem]:
     return [Problem.from_miopen(line) for line in public_lines]
+
+
+#: Skip reasons that stay skips in strict mode: the GPU tests off the GPU machine.
+GPU_SKIPS = ("needs CuPy and a CUDA device", "this machine has CuPy and a GPU")
+
+
+def strict_tools() -> bool:
+    return os.environ.get("WINO_STRICT_TOOLS", "") not in ("", "0")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not (report.skipped and strict_tools()) or hasattr(report, "wasxfail"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if not any(allowed in reason for allowed in GPU_SKIPS):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"WINO_STRICT_TOOLS=1: this test skipped ({reason}); in strict mode a missing "
+            "tool, extra or file is a failure: install or add it (GPU skips excepted)"
+        )

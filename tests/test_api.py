@@ -128,3 +128,13 @@ def test_bad_arguments_are_value_errors_naming_them(x, w, kwargs, match):
     with pytest.raises(ValueError, match=match) as error:
         wino.conv2d(x, w, **kwargs)
     assert str(error.value).startswith("conv2d: ")
+
+
+def test_nchw_shapes_get_a_layout_hint():
+    x = np.zeros((2, 16, 10, 10), np.float32)  # NCHW
+    w = np.zeros((8, 16, 3, 3), np.float32)  # KCRS
+    with pytest.raises(ValueError, match=r"look like NCHW / KCRS; wino takes NHWC x and KRSC w"):
+        wino.conv2d(x, w)
+    with pytest.raises(ValueError) as plain:  # an NHWC mistake gets no layout hint
+        wino.conv2d(X, np.zeros((4, 3, 3, 2), np.float32))
+    assert "NCHW" not in str(plain.value)

@@ -16,7 +16,8 @@ LINE = "convfp16 -n 4 -c 16 -H 9 -W 9 -k 8 -y 3 -x 3 -p 1 -q 1"
 
 
 def test_files_then_commands_then_shape(public_problems):
-    got = cases.problems_from([PUBLIC_CASES], [LINE], {"-n": 2, "-c": 8, "-k": 4, "-p": 1})
+    got, bad = cases.problems_from([PUBLIC_CASES], [LINE], {"-n": 2, "-c": 8, "-k": 4, "-p": 1})
+    assert bad == []
     assert got[:-2] == public_problems
     assert got[-2] == Problem.from_miopen(LINE)
     shape = got[-1]

@@ -35,8 +35,6 @@ def _public_fp32(count: int) -> list[Problem]:
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    if not PUBLIC_CASES.is_file():
-        pytest.skip(f"public cases absent at {PUBLIC_CASES}")
     limit = HostDevice.CANDIDATE_LIMIT
     small = [replace(Problem.from_miopen(line), dtype=d) for line in (SMALL, OTHER) for d in DType]
     specs = needed_specs(_public_fp32(2), TILES, limit) | needed_specs(small, SMALL_TILES, limit)
@@ -65,10 +63,15 @@ def test_the_public_command_writes_rows_and_the_best_line(capsys, root, tmp_path
         "2",
         "--results",
         str(csv_path),
+        "--no-verify",
     )
     elapsed = time.perf_counter() - start
     assert code == 0, err
     assert BEST.match(out.splitlines()[-1]), out.splitlines()[-1]
+    assert out.splitlines()[-1].endswith(" (unverified)")
+    assert "NOT verified (--no-verify)" in out.splitlines()[0]
+    tile_lines = [line for line in out.splitlines() if " TFLOPS" in line and "Best" not in line]
+    assert tile_lines and all("  unverified  " in line for line in tile_lines)
     rows = results.read(csv_path)
     assert len(rows) == 2 * len(TILES)  # case x engine x tile: both cases serve every tile
     assert {r["engine"] for r in rows} == {"wino"} and {r["dtype"] for r in rows} == {"fp32"}
@@ -92,7 +95,7 @@ def test_the_public_command_writes_rows_and_the_best_line(capsys, root, tmp_path
             "bound_ratio",
         ):
             assert row[column], (column, row)
-        assert row["verified"] == "no" and row["error"] == ""  # --verify was not asked
+        assert row["verified"] == "unverified" and row["error"] == ""  # --no-verify
         assert float(row["bound_ratio"]) == pytest.approx(
             float(row["bound_us"]) / float(row["total_us"]), rel=1e-3
         )
@@ -111,6 +114,7 @@ def test_the_public_command_writes_rows_and_the_best_line(capsys, root, tmp_path
         "--results",
         str(csv_path),
         "--skip-measured",
+        "--no-verify",
     )
     assert code == 0
     assert "\ncase " not in again and again.count(": measured in") == 2
@@ -119,8 +123,6 @@ def test_the_public_command_writes_rows_and_the_best_line(capsys, root, tmp_path
 
 
 def test_refused_public_lines_are_skipped_with_their_rule(capsys, root, tmp_path):
-    if not PUBLIC_CASES.is_file():
-        pytest.skip("public cases absent")
     one_by_one, strided = case_lines(PUBLIC_CASES)[-2:]
     code, out, _ = _bench(
         capsys,
@@ -266,3 +268,39 @@ def test_a_broken_case_is_reported_and_the_sweep_goes_on(capsys, root, monkeypat
     assert "error fp32 N1 C16 7x9 K8" in out and "RuntimeError: boom" in out
     assert "Traceback" in err
     assert "case fp32 N2 C8 10x10" in out and BEST.match(out.splitlines()[-1])
+
+
+def test_bench_verifies_by_default(capsys, root, tmp_path):
+    code, out, err = _bench(
+        capsys, root, "--miopen-cmd", SMALL, "--tile", "F2x2", "--results", str(tmp_path / "r.csv")
+    )
+    assert code == 0, err
+    (row,) = results.read(tmp_path / "r.csv")
+    assert row["verified"] == "yes" and float(row["error"]) <= float(row["tolerance"])
+    assert " err " in out and "unverified" not in out and "NOT verified" not in out
+
+
+def test_a_bad_line_is_reported_with_file_and_line_and_the_run_goes_on(capsys, root, tmp_path):
+    cases = tmp_path / "cases.txt"
+    cases.write_text(f"# two good lines and a bad one\n{SMALL}\nconv -n 2 -c eight\n{OTHER}\n")
+    code, out, err = _bench(capsys, root, "--miopen-file", str(cases), "--tile", "F2x2")
+    assert code == 1
+    assert f"wino: skipping {cases}:3: MIOpenDriver line 'conv -n 2 -c eight'" in err
+    assert "\\n" not in err  # the line is quoted without its newline
+    assert f"were skipped: {cases}:3" in err.splitlines()[-1]
+    assert out.count("\ncase ") == 2 and BEST.match(out.splitlines()[-1])
+
+
+def test_direction_forward_is_accepted_and_the_others_refused(capsys, root, tmp_path):
+    csv_path = tmp_path / "r.csv"
+    argv = ("--miopen-cmd", SMALL, "--tile", "F2x2", "--results", str(csv_path))
+    code, _, err = _bench(capsys, root, *argv, "--direction", "fwd")
+    assert code == 0, err
+    (row,) = results.read(csv_path)
+    assert row["case"] == replace(Problem.from_miopen(SMALL), direction=1).to_miopen()
+    assert row["case"].endswith(" -F 1")
+    for other in ("bwd", "wrw"):
+        code, _, err = _bench(capsys, root, *argv, "--direction", other)
+        assert code == 2 and f"--direction {other}: wino implements the forward" in err
+    code, _, err = _bench(capsys, root, *argv, "--direction", "sideways")
+    assert code == 2 and "expected one of fwd, bwd, wrw" in err

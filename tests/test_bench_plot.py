@@ -87,3 +87,29 @@ def test_an_empty_csv_is_an_error(tmp_path, capsys):
     csv_path = results.write(tmp_path / "r.csv", [])
     assert cli.main(["plot", str(csv_path)]) == 2
     assert "no rows" in capsys.readouterr().err
+
+
+def _host_rows() -> list[results.Row]:
+    return [{**r, "target": "c"} for r in _rows() if r["engine"] == "wino"]
+
+
+def test_engines_without_data_are_left_out():
+    from wino.bench.plot import engines_with_data, layers
+
+    assert engines_with_data(layers(_rows(), "fp16")) == ["wino", "cudnn"]
+    assert engines_with_data(layers(_host_rows(), "fp16")) == ["wino"]
+
+
+@needs_matplotlib
+def test_a_host_csv_draws_no_cudnn_panel(tmp_path):
+    from wino.bench.plot import figure, layers, pyplot
+
+    plt = pyplot()
+    fig = figure(plt, "fp16", layers(_host_rows(), "fp16"))
+    (axes,) = fig.axes
+    assert [t.get_text() for t in axes.get_legend().get_texts()] == ["wino time / bound"]
+    assert "cuDNN" not in axes.get_title()
+    plt.close(fig)
+    fig = figure(plt, "fp16", layers(_rows(), "fp16"))
+    assert len(fig.axes) == 2 and "vs cuDNN" in fig.axes[0].get_title()
+    plt.close(fig)

@@ -9,9 +9,13 @@ import re
 import pytest
 
 from wino.bench import results, sweep
+from wino.problem import canonical_line
+
+#: A case string as the sweep writes it (the canonical MIOpenDriver line).
+CASE = canonical_line("conv -n 1")
 
 
-def _row(case="conv -n 1", engine="wino", tile="F4x4", total="100", **extra):
+def _row(case=CASE, engine="wino", tile="F4x4", total="100", **extra):
     row = {c: "" for c in results.COLUMNS}
     row.update(
         target="c",
@@ -36,6 +40,12 @@ def test_write_then_read_round_trips(tmp_path):
         assert next(csv.reader(handle)) == list(results.COLUMNS)
 
 
+def test_case_strings_are_read_canonically(tmp_path):
+    doubled = CASE + " -l 1 -j 1"  # how older versions spelled a case: -l/-j twice
+    path = results.write(tmp_path / "r.csv", [_row(case=doubled), _row(case="not a line")])
+    assert [r["case"] for r in results.read(path)] == [CASE, "not a line"]
+
+
 def test_reading_a_missing_file_gives_no_rows(tmp_path):
     assert results.read(tmp_path / "none.csv") == []
 
@@ -52,8 +62,8 @@ def test_merge_replaces_by_key_in_place_and_appends_the_rest():
     new = [_row(tile="F4x4", total="7"), _row(case="conv -n 3")]
     merged = results.merge(old, new)
     assert [(r["case"], r["tile"], r["total_us"]) for r in merged] == [
-        ("conv -n 1", "F2x2", "9"),
-        ("conv -n 1", "F4x4", "7"),
+        (CASE, "F2x2", "9"),
+        (CASE, "F4x4", "7"),
         ("conv -n 2", "F4x4", "100"),
         ("conv -n 3", "F4x4", "100"),
     ]

@@ -41,9 +41,12 @@ def root(compiled, tmp_path):
     return Path(shutil.copytree(compiled, tmp_path / "build"))
 
 
-def _tune(capsys, root, *argv):
+def _tune(capsys, root, *argv, noise="1e9"):
+    """``wino tune`` on the c cache; the noise check is off unless a test sets it (this
+    machine is shared: its timings of one pipeline can differ by more than the default)."""
     code = cli.main(
-        ["tune", "--target", "c", "--cache-root", str(root), "--tile", "F2x2,F4x4", *argv]
+        ["tune", "--target", "c", "--cache-root", str(root), "--tile", "F2x2,F4x4"]
+        + ["--noise", noise, *argv]
     )
     out, err = capsys.readouterr()
     return code, out, err
@@ -69,7 +72,8 @@ def test_tuned_problems_dispatch_from_the_db(capsys, root, dtype):
 
 
 def test_the_db_keeps_every_tuned_problem(capsys, root):
-    assert _tune(capsys, root, "--miopen-cmd", TUNED, "--miopen-cmd", UNTUNED)[0] == 0
+    code, out, err = _tune(capsys, root, "--miopen-cmd", TUNED, "--miopen-cmd", UNTUNED)
+    assert code == 0, out + err
     path = tuning.db_path(Target.C, root)
     entries = json.loads(path.read_text())["entries"]
     assert set(entries) == {
@@ -91,3 +95,25 @@ def test_nothing_is_recorded_without_a_verified_pipeline(capsys, root, monkeypat
 def test_refused_cases_are_skipped(capsys, root):
     code, out, _ = _tune(capsys, root, "--miopen-cmd", "conv -n 1 -c 8 -k 8 -y 1 -x 1")
     assert code == 0 and "refused [not_3x3]" in out and "tuned" not in out
+
+
+def test_winners_whose_timings_disagree_are_not_recorded(capsys, root):
+    code, out, _ = _tune(capsys, root, "--miopen-cmd", TUNED, noise="1e-9")
+    label = Problem.from_miopen(TUNED).label()
+    assert code == 1
+    assert f"not tuned {label}: two timings of the winner disagree by" in out
+    assert "threshold 0%" in out and "taskset" in out and "OMP_NUM_THREADS" in out
+    assert not tuning.db_path(Target.C, root).exists()
+
+
+def test_unpinned_host_threads_get_advice(capsys, root, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    _, _, err = _tune(capsys, root, "--miopen-cmd", TUNED)
+    assert "OMP_NUM_THREADS is unset" in err and "taskset -c 0-" in err
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    _, _, err = _tune(capsys, root, "--miopen-cmd", TUNED)
+    assert "OMP_NUM_THREADS" not in err
+
+
+def test_noise_must_be_positive(capsys, root):
+    assert _tune(capsys, root, "--miopen-cmd", TUNED, noise="0")[0] == cli.EXIT_ERROR

@@ -88,8 +88,13 @@ def ran(done: subprocess.CompletedProcess) -> list[str]:
     return sorted(line[3:] for line in done.stdout.splitlines() if line.startswith(".  "))
 
 
-def up_to_date(done: subprocess.CompletedProcess) -> list[str]:
-    return sorted(line[3:] for line in done.stdout.splitlines() if line.startswith("-- "))
+def summary(done: subprocess.CompletedProcess) -> tuple[int, int]:
+    """(tasks that ran, tasks up to date) from the build's last line."""
+    match = re.fullmatch(
+        r"wino build: (\d+) task\(s\) ran, (\d+) up to date", done.stdout.splitlines()[-1]
+    )
+    assert match, done.stdout
+    return int(match[1]), int(match[2])
 
 
 K1 = "compile_c:k1_f2x2_ifp32_xfp32_v1_b256_r1"
@@ -107,7 +112,18 @@ def test_first_build_compiles_each_kernel_once_in_parallel(project):
 def test_second_build_executes_nothing(project):
     done = doit(project, "compile")
     assert ran(done) == []
-    assert up_to_date(done) == sorted([K1, *K4, "manifest:c"])
+    assert summary(done) == (0, len([K1, *K4, "manifest:c"]))
+    assert done.stdout.count("\n") == 1  # a no-op build is one line
+    assert "wino-no-such-clang" in done.stderr  # every target was asked for: hip says why
+
+
+def test_a_c_only_build_is_quiet_about_other_targets(project):
+    done = doit(project, "compile:c")
+    assert done.stdout.splitlines() == ["wino build: 0 task(s) ran, 6 up to date"]
+    assert "hip" not in done.stderr and "skipping" not in done.stderr
+    hip = doit(project, "compile:hip")
+    assert hip.returncode == 0 and "wino-no-such-clang" in hip.stderr
+    assert "compile:hip" not in hip.stdout  # the notice is the output
 
 
 def test_grid_edit_rebuilds_only_the_changed_specs(project):
@@ -145,7 +161,15 @@ def test_missing_compiler_gives_no_kernel_tasks(project):
 
 def test_list_is_the_help(project):
     done = doit(project, "list")
-    for task in ("compile", "compile_c", "manifest", "golden", "golden_record", "validate"):
+    for task in (
+        "compile",
+        "compile_c",
+        "manifest",
+        "golden",
+        "golden_record",
+        "validate",
+        "wheel",
+    ):
         assert re.search(rf"^{task}\s+\S", done.stdout, re.M), f"{task} has no docstring"
 
 
@@ -161,6 +185,73 @@ def test_validate_names_the_bad_field(project):
         stages.write_text(good)
 
 
+def test_validate_rejects_a_bad_rule_with_its_id_and_line(project):
+    refusals = project / "grids" / "refusals.yaml"
+    good = refusals.read_text()
+    planted = '  - id: planted\n    when: "H > Hx"\n    message: "a message long enough"\n'
+    refusals.write_text(good.replace("problem_rules:\n", "problem_rules:\n" + planted, 1))
+    line = refusals.read_text().splitlines().index("  - id: planted") + 1
+    try:
+        done = doit(project, "validate")
+        out = done.stdout + done.stderr
+        assert done.returncode != 0 and f"refusals.yaml:{line}: rule planted:" in out
+        assert "unknown name(s) ['Hx']" in out
+    finally:
+        refusals.write_text(good)
+
+
+def _with_grid(project: Path, text: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    stages = project / "grids" / "stages.yaml"
+    good = stages.read_text()
+    stages.write_text(text)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in env.items():
+                mp.setenv(key, value)
+            return doit(project, *args)
+    finally:
+        stages.write_text(good)
+
+
+def test_a_bad_grid_is_one_line_and_the_traceback_on_request(project):
+    bad = STAGES.replace("rows: [1]", "rowz: [1]")
+    done = _with_grid(project, bad, "compile")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("wino: error: ") and "stages.yaml: at $.stages.k1[0]" in lines[0]
+    assert "'rowz' was unexpected" in lines[0] and "WINO_TRACEBACK=1" in lines[0]
+    done = _with_grid(project, bad, "compile", WINO_TRACEBACK="1")
+    assert done.returncode != 0 and "Traceback" in done.stderr
+
+
+def test_an_empty_grid_is_refused(project):
+    empty = STAGES.replace("block: [256]", "block: [100]")  # every point breaks a rule
+    done = _with_grid(project, empty, "compile")
+    assert done.returncode == 2 and "the grid accepts no spec" in done.stderr, done.stderr
+    assert not (project / "build" / "cache" / "v1" / "c" / "empty").exists()
+
+
+def test_a_killed_builds_scratch_is_swept_and_a_live_ones_kept(project):
+    ran(doit(project, "compile:c"))
+    (bin_dir,) = (project / "build" / "cache").glob("v*/c/*/bin")
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
+    dead = [
+        bin_dir / f".k1_x-{gone}-abc123",
+        bin_dir / f".k1_x.json.{gone}.tmp",
+        bin_dir.parent / f".manifest.json-{gone}-zz9.tmp",
+    ]
+    live = [bin_dir / f".k1_x-{os.getpid()}-abc123"]
+    dead[0].mkdir()
+    live[0].mkdir()
+    for path in dead[1:]:
+        path.write_text("partial")
+    ran(doit(project, "compile:c"))
+    assert not [p for p in dead if p.exists()] and all(p.exists() for p in live)
+    live[0].rmdir()
+
+
 def test_planned_kernel_tasks_are_the_grid(tmp_path, monkeypatch):
     """The real grid: one compile_<target>:<name> task per accepted spec, named by kernel name."""
     monkeypatch.setenv("WINO_BUILD", str(tmp_path))
@@ -169,3 +260,71 @@ def test_planned_kernel_tasks_are_the_grid(tmp_path, monkeypatch):
     assert names == [s.name for s in aot_stage_specs()]
     assert tasks.compile_task(p)["task_dep"] == ["manifest:c"]
     assert tasks.manifest_task(p)["task_dep"] == ["compile_c"]
+
+
+# The build repairs what the runtime refuses -----------------------------------------------------
+def _binary(project: Path, kernel: str) -> Path:
+    from wino import cache
+
+    return cache.find_manifest(Target.C, project / "build").kernels[kernel].path
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda p: p.write_bytes(
+            p.read_bytes()[:100] + bytes([p.read_bytes()[100] ^ 1]) + p.read_bytes()[101:]
+        ),
+        lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
+        lambda p: p.unlink(),
+    ],
+    ids=["flipped-byte", "truncated", "deleted"],
+)
+def test_compile_repairs_a_damaged_binary(project, damage):
+    from wino import cache
+
+    assert ran(doit(project, "compile:c")) == []
+    kernel = K4[1].split(":")[1]
+    path = _binary(project, kernel)
+    good = path.read_bytes()
+    damage(path)
+    manifest = cache.find_manifest(Target.C, project / "build")
+    with pytest.raises(cache.CacheError, match="doit compile:c"):
+        manifest.kernel(kernel)
+    assert cache.verify(project / "build")[1]
+    done = ran(doit(project, "compile:c"))
+    assert f"compile_c:{kernel}" in done and len([d for d in done if "k1_" in d]) == 0
+    assert path.read_bytes() == good  # the same content at the same address
+    assert cache.verify(project / "build") == (len(manifest.kernels), [])
+    assert ran(doit(project, "compile:c")) == []
+
+
+def test_lost_or_truncated_doit_db_costs_a_check_not_a_rebuild(project):
+    ran(doit(project, "compile:c"))
+    binaries = project / "build" / "cache"
+    before = {p: p.stat().st_mtime_ns for p in binaries.glob("v*/c/*/bin/*.so")}
+    for db in (project / "build").glob(".doit.db*"):
+        db.write_bytes(b"")
+        break
+    else:
+        pytest.fail("no doit database")
+    ran(doit(project, "compile:c"))  # the tasks run, finding every binary intact
+    assert {p: p.stat().st_mtime_ns for p in before} == before
+
+
+def test_clean_removes_the_grid_binaries_and_manifest(project):
+    """`doit clean` (the default task and what it depends on) removes the binaries the grid
+    addresses and the manifest; stale binaries of other flags stay (docs/BUILD.md)."""
+    from wino import cache
+
+    ran(doit(project, "compile:c"))
+    manifest = cache.find_manifest(Target.C, project / "build")
+    current = [k.path for k in manifest.kernels.values()]
+    stale = set(manifest.directory.glob("bin/*.so")) - set(current)
+    done = doit(project, "clean")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not [p for p in current if p.exists() or p.with_suffix(".json").exists()]
+    assert not manifest.path.exists()
+    assert {p for p in stale if p.exists()} == stale
+    ran(doit(project, "compile:c"))
+    assert cache.verify(project / "build") == (len(current), [])

@@ -173,3 +173,24 @@ def test_committed_support_matrix_is_current():
     assert committed.read_text(encoding="utf-8") == cli.support_matrix(), (
         f"{cli.MATRIX_PATH} is stale: run `wino grid --matrix -o {cli.MATRIX_PATH}` and commit it"
     )
+
+
+def test_explain_marks_the_tile_dispatch_picks(capsys, monkeypatch, tmp_path):
+    from wino.pick import default_stage_specs
+    from wino.problem import Problem
+    from wino.runtime import tuning
+    from wino.vocab import Target, Tile
+
+    monkeypatch.setenv("WINO_BUILD", str(tmp_path))  # no tuning DB yet
+    code, out, _ = _run(capsys, "grid", "--explain", PUBLIC_LINE)
+    marked = [line for line in out.splitlines() if "<- dispatch's pick" in line]
+    assert code == 0 and len(marked) == 1
+    assert marked[0].startswith("F4x4: ") and "(c, cuda: default rule, F4x4 unless" in marked[0]
+
+    problem = Problem.from_miopen(PUBLIC_LINE)
+    specs = default_stage_specs(problem, Tile(2, 2))
+    tuning.record(problem, Target.C, Tile(2, 2), specs, 1.0, tmp_path)
+    _, out, _ = _run(capsys, "grid", "--explain", PUBLIC_LINE)
+    marks = {line.split(":")[0]: line for line in out.splitlines() if "<- dispatch" in line}
+    assert set(marks) == {"F2x2", "F4x4"}
+    assert marks["F2x2"].endswith("(c: tuning DB)") and "(cuda: default rule" in marks["F4x4"]

@@ -538,3 +538,22 @@ def test_k4_tile_scale_flag():
     spec = RtOutputSpec(io="fp32")
     assert stage_launch(spec, problem).kernargs["has_tile_scale"] == 1
     assert stage_launch(spec, problem, tile_scale=False).kernargs["has_tile_scale"] == 0
+
+
+@pytest.mark.parametrize(
+    "fields, rule",
+    [
+        (dict(R=5, S=5), "not_3x3"),
+        (dict(R=1, S=3), "not_3x3"),
+        (dict(stride_h=2, stride_w=2), "stride_not_1"),
+        (dict(C=12, groups=8, K=16), "groups_not_dividing_c"),
+        (dict(C=16, groups=8, K=12), "groups_not_dividing_k"),
+        (dict(C=2**16, K=2**16, H=8, W=8), "index_past_31_bits"),
+    ],
+)
+@pytest.mark.parametrize("spec", _KERNARG_SPECS, ids=lambda s: s.name)
+def test_stage_launch_refuses_the_problem_rules(spec, fields, rule):
+    problem = Problem(**{**dict(N=1, C=16, H=12, W=12, K=16, dtype=spec.io), **fields})
+    with pytest.raises(Refused) as err:
+        stage_launch(spec, problem)
+    assert err.value.rule == rule

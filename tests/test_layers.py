@@ -25,6 +25,7 @@ CORE = {
     "wino.launch",
     "wino.pick",
     "wino.cache",
+    "wino.files",
     "wino.axes",
     "wino.matrix",
 }
@@ -35,6 +36,7 @@ ABOVE_CORE = (
     "wino.bench",
     "wino.cli",
     "wino.torch",
+    "wino.scale",
 )
 
 

@@ -358,3 +358,22 @@ def test_explain_mentions_every_step(root, split):
             assert step.name in text
     assert plan.tile.name in text and str(plan.workspace_bytes) in text
     assert f"batch split {plan.batch_split}" in text and plan.problem.label() in text
+
+
+def test_explain_names_extents_and_shows_magic_only_as_pairs_of_divisors(root):
+    import re
+
+    from wino.magic import magic_div
+
+    case = next(c for c in rf.EXTRA if c.problem.N == 5)
+    plan = dispatch(case.problem, target="c", tile=case.tile, cache_root=root)
+    text = plan.explain()
+    assert not re.search(r"\b[ms]_\w+=", text)  # no raw magic fields
+    assert f"cache {plan.manifest.directory} (the cache root given)" in text
+    for step in plan.steps:
+        if isinstance(step, KernelStep):
+            args = step.launch.kernargs
+            for name in (k[2:] for k in args if k.startswith("m_")):
+                magic, shift = magic_div(args[name])
+                assert f"/{name} ({magic:#x}, >>{shift})" in text
+                assert f" {name}={args[name]}" in text

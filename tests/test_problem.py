@@ -6,7 +6,15 @@ from dataclasses import replace
 
 import pytest
 
-from wino.problem import MIOPEN_FLAGS, Problem, read_miopen_file
+from wino.problem import (
+    MIOPEN_FLAGS,
+    Direction,
+    Problem,
+    canonical_line,
+    forward_only,
+    read_miopen_cases,
+    read_miopen_file,
+)
 from wino.vocab import DType
 
 
@@ -168,3 +176,38 @@ def test_read_miopen_file(tmp_path):
     path = tmp_path / "cases.txt"
     path.write_text("# a comment\n\nconv -n 2 -c 4\n  convfp16 -n 1 # trailing\n", "utf-8")
     assert [p.N for p in read_miopen_file(str(path))] == [2, 1]
+
+
+def test_read_miopen_cases_keeps_going_past_bad_lines(tmp_path):
+    path = tmp_path / "cases.txt"
+    path.write_text("conv -n 2 -c 8\n# note\nconvfp8 -n 1\nconv -n 1 -c 4 -k\n")
+    problems, bad = read_miopen_cases(str(path))
+    assert [p.N for p in problems] == [2]
+    assert [(b.line, str(b)) for b in bad] == [
+        (
+            3,
+            f"{path}:3: MIOpenDriver line 'convfp8 -n 1': expected it to start with one of "
+            "['conv', 'convbfp16', 'convfp16']",
+        ),
+        (4, f"{path}:4: MIOpenDriver line 'conv -n 1 -c 4 -k': flag -k has no value"),
+    ]
+    with pytest.raises(ValueError, match=f"^{path}:3: "):
+        read_miopen_file(str(path))
+
+
+def test_canonical_line_spells_each_flag_once():
+    line = "conv -n 2 -c 8 -H 9 -W 9 -k 8 -l 2 -j 1"
+    canonical = canonical_line(line + " -l 2 -j 1")  # the old, doubled spelling
+    assert canonical == Problem.from_miopen(line).to_miopen() == canonical_line(canonical)
+    assert canonical.count(" -l ") == 1 and canonical.count(" -j ") == 1
+    assert canonical_line("not a line") == "not a line"
+
+
+def test_direction_forward_only():
+    problems = [Problem.from_miopen("conv -n 1 -c 8 -F 0")]
+    assert forward_only(problems, None) == problems
+    assert forward_only(problems, Direction.parse("FWD"))[0].direction == 1
+    with pytest.raises(ValueError, match="--direction bwd: wino implements the forward"):
+        forward_only(problems, Direction.BWD)
+    with pytest.raises(ValueError, match="expected one of fwd, bwd, wrw"):
+        Direction.parse("up")

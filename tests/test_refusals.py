@@ -40,6 +40,15 @@ SPEC_BREAKERS = {
         RtFilterSpec(rows=0),
         "filter rows 0 < 1: a K1 workgroup must transform at least one",
     ),
+    "block_not_pow2_reduction": (
+        RtPrescaleSpec(block=384),
+        "block 384 is not a power of two: the workgroup's max reduction",
+    ),
+    "filter_shared_over_limit": (
+        RtFilterSpec(block=256, rows=64),
+        f"K1 block 256 x rows 64 holds that many fp32 row maxima in shared memory (the host "
+        f"target: on its stack), over the {P['lds_bytes_limit']}-byte limit",
+    ),
     "window_registers": (
         RtOutputSpec(tile="F6x6", vec=8),
         "F6x6 at vec 8 holds 64x8 fp32 values per thread, past the "
@@ -84,6 +93,10 @@ SPEC_BREAKERS = {
         RtInputSpec(**{**LDS, "prescale": "fused"}),
         "the LDS-region path cannot fuse the prescale",
     ),
+    "fused_block_not_pow2": (
+        RtInputSpec(block=384),
+        "fused prescale with block 384: the max reduction across the tile's channel lanes",
+    ),
     "fused_wide_tile": (
         RtInputSpec(tile="F6x6", block=1024),
         "F6x6 has 64 bins: its fused workgroup of 1024 threads runs out of "
@@ -101,6 +114,8 @@ SPEC_REPAIRS = {
     "block_too_large": dict(block=1024),
     "block_not_warp_multiple": dict(block=96),
     "filter_rows_below_one": dict(rows=1),
+    "block_not_pow2_reduction": dict(block=512),
+    "filter_shared_over_limit": dict(rows=48),
     "window_registers": dict(vec=4),
     "input_window_registers": dict(vec=4),
     "transformed_dtype_unsupported": dict(xdtype="fp32", prescale="none"),
@@ -112,6 +127,7 @@ SPEC_REPAIRS = {
     "lds_block_mismatch": dict(block=64),
     "lds_bytes_over_limit": dict(lds_lanes=16, block=64),
     "lds_with_fused": dict(prescale="split"),
+    "fused_block_not_pow2": dict(prescale="split"),
     "fused_wide_tile": dict(block=512),
     "fused_block_registers": dict(vec=1),
 }
@@ -342,7 +358,7 @@ def test_forbidden_condition_constructs(condition, match):
 def test_unknown_name_and_message_field_are_config_errors():
     ns = spec_namespace(RtFilterSpec())
     with pytest.raises(ConfigError, match=r"unknown name\(s\) \['blok'\]"):
-        Rule("typo", "spec", ("k1",), "blok > 1", "a message").fires(ns)
+        Rule("typo", "spec", ("k1",), "blok > 1", "a message long enough").fires(ns)
     with pytest.raises(ConfigError, match="message names 'blok'"):
         Rule("typo", "spec", ("k1",), "block > 1", "block {blok} is bad").refusal(ns)
 
@@ -372,3 +388,108 @@ def test_spec_namespace_sizes(tile):
     assert (ns["bins"], ns["mh"], ns["mw"]) == (tile.bins, tile.mh, tile.mw)
     assert ns["lds_bytes"] == tile.ah * (4 * tile.mw + 2) * 16 * 4 * 4
     assert ns["tile"] == tile.name and ns["stage"] == "k2"
+
+
+# A bounded expression language ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "condition, match",
+    [
+        ("2 ** 2 ** 100 > 1", "exponent"),
+        ("block ** 100000000 > 1", "exponent"),
+        ("9 ** 64 ** 64 > 1", "past 2\\*\\*256"),
+        ("block * 10**60 * 10**60 * 10**60 * 10**60 * 10**60 > 1", "past 2\\*\\*256"),
+        ("(block * 10**60) ** 64 > 1", "past 2\\*\\*256"),
+        ("'a' * 100000000 == ''", "takes numbers"),
+        ("'ab' + 'cd' == 'abcd'", "takes numbers"),
+        ("block // 0 > 1", "division"),
+        ("1" + "0" * 100 + " > block", "out of bounds"),
+        ("block > 1 and " * 40 + "True", "characters, over"),
+    ],
+)
+def test_attacks_on_conditions_fail_fast_and_clearly(condition, match):
+    import time
+
+    rule = Rule("attack", "spec", ("k1",), condition, "a message long enough", "refusals.yaml:7")
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match=f"refusals.yaml:7: rule attack: .*{match}"):
+        rule.fires(spec_namespace(RtFilterSpec()))
+    assert time.perf_counter() - start < 0.5
+
+
+@pytest.mark.parametrize(
+    "message, match",
+    [
+        ("block {block:999999999}", "width 999999999 is over 99"),
+        ("block {block:>1000000}", "width 1000000 is over 99"),
+        ("block {block:.100000f}", "prec 100000 is over 99"),
+        ("block {block:{block}}", "format"),
+        ("leak {block.__class__}", "plain name"),
+        ("leak {block[0]}", "plain name"),
+        ("leak {block!a}", "format"),
+        ("unbalanced {block", "not a format string"),
+    ],
+)
+def test_attacks_on_messages_fail_fast_and_clearly(message, match):
+    rule = Rule("attack", "spec", ("k1",), "block > 1", message, "refusals.yaml:9")
+    with pytest.raises(ConfigError, match=f"refusals.yaml:9: rule attack: .*{match}"):
+        rule.refusal(spec_namespace(RtFilterSpec()))
+
+
+def test_bounded_arithmetic_keeps_the_real_range():
+    ns = {**spec_namespace(RtFilterSpec()), "n": 2**31 - 1}
+    assert Rule("ok", "spec", ("k1",), "n * n * n * n * n > 2 ** 64", "m").fires(ns) is True
+    assert Rule("ok", "spec", ("k1",), "block in (256, 512) and -n < 0", "m").fires(ns) is True
+
+
+def _book_with(monkeypatch, tmp_path, scope: str, entry: str):
+    """rule_book() over a copy of grids/ whose refusals.yaml gains one rule at its scope."""
+    import shutil
+
+    from wino import refusals
+
+    grids = tmp_path / "grids"
+    shutil.copytree(config.GRIDS, grids)
+    text = (grids / "refusals.yaml").read_text()
+    text = text.replace(f"{scope}_rules:\n", f"{scope}_rules:\n{entry}", 1)
+    (grids / "refusals.yaml").write_text(text)
+    monkeypatch.setattr(config, "GRIDS", grids)
+    config.declared.cache_clear()
+    refusals.rule_book.cache_clear()
+    return grids / "refusals.yaml"
+
+
+@pytest.fixture()
+def restore_book():
+    """Clear what caches the declared files before and after (the grid's expansion too)."""
+    from wino import grid, refusals
+
+    caches = (config.declared, refusals.rule_book, grid.expand, grid._names)
+    for cached in caches:
+        cached.cache_clear()
+    yield
+    for cached in caches:
+        cached.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "scope, when, message, match",
+    [
+        ("problem", "Hx > 3", "a message long enough {H}", r"unknown name\(s\) \['Hx'\]"),
+        ("fit", "vec > blok", "a message long enough", r"unknown name\(s\) \['blok'\]"),
+        ("spec", "block >", "a message long enough", "bad condition"),
+        ("problem", "H > 3", "a message long enough {Hx}", "message names 'Hx'"),
+        ("fit", "span > 3", "a message long enough", r"unknown name\(s\) \['span'\]"),
+    ],
+)
+def test_a_bad_rule_fails_at_load_with_id_and_line(
+    monkeypatch, tmp_path, restore_book, scope, when, message, match
+):
+    stages = "" if scope == "problem" else "    stages: [k1, k2]\n"
+    entry = f'  - id: planted\n{stages}    when: "{when}"\n    message: "{message}"\n'
+    path = _book_with(monkeypatch, tmp_path, scope, entry)
+    line = path.read_text().splitlines().index("  - id: planted") + 1
+    with pytest.raises(ConfigError, match=f"{path}:{line}: rule planted: .*{match}"):
+        rule_book()
+    from wino.cli import main
+
+    assert main(["grid"]) == 2

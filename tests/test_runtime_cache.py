@@ -35,9 +35,9 @@ def parses(monkeypatch):
     calls = []
     real = cache.parse_manifest
 
-    def counting(path):
+    def counting(path, source=None):
         calls.append(path)
-        return real(path)
+        return real(path, source)
 
     monkeypatch.setattr(cache, "parse_manifest", counting)
     cache._MANIFESTS.clear()

@@ -5,6 +5,7 @@ Skipped with a reason where CuPy or a CUDA device or nvcc is missing."""
 from __future__ import annotations
 
 import shutil
+import zlib
 
 import numpy as np
 import pytest
@@ -89,13 +90,18 @@ def gpu_cache(tmp_path_factory):
     return root
 
 
+def _seed(problem: Problem) -> int:
+    """A seed from the problem's text: the same in every process (hash() is not)."""
+    return zlib.crc32(repr(problem).encode())
+
+
 def _run(problem: Problem, root, tile=None, specs=None, **options):
     import cupy as cp
     import ml_dtypes  # noqa: F401
-    import torch
 
+    torch = pytest.importorskip("torch", reason="the GPU numeric suite feeds torch tensors")
     plan = dispatch(problem, target="cuda", tile=tile, cache_root=root, specs=specs, **options)
-    rng = np.random.default_rng(hash(problem) % 2**32)
+    rng = np.random.default_rng(_seed(problem))
     x64 = rng.standard_normal((problem.N, problem.H, problem.W, problem.C))
     w64 = rng.standard_normal((problem.K, 3, 3, problem.Cg))
     tdtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -165,3 +171,24 @@ def test_batch_split_verifies(gpu_cache):
     plan, err_split, _ = _run(problem, gpu_cache, Tile(4, 4), batch_split=2)
     assert plan.chunks == [(0, 2), (2, 2), (4, 1)]
     assert err_split <= issue_bound(Tile(4, 4), DType.FP16, DType.FP16)
+
+
+def test_y_inside_the_workspace_is_refused_on_cuda(gpu_cache):
+    import cupy as cp
+
+    problem = _with(BASE, "fp16")
+    plan = dispatch(problem, target="cuda", cache_root=gpu_cache)
+    x = cp.zeros((problem.N, problem.H, problem.W, problem.C), dtype=cp.float16)
+    w = cp.zeros((problem.K, 3, 3, problem.C), dtype=cp.float16)
+    ny = problem.N * problem.Ho * problem.Wo * problem.K
+    workspace = cp.zeros(plan.workspace_bytes + 2 * ny, dtype=cp.uint8)
+    y = (
+        workspace[256 : 256 + 2 * ny]
+        .view(cp.float16)
+        .reshape(problem.N, problem.Ho, problem.Wo, -1)
+    )
+    with pytest.raises(ValueError, match="y overlaps workspace in memory"):
+        plan.run(x, w, y=y, workspace=workspace)
+    y = x.reshape(-1)[:ny].reshape(y.shape)
+    with pytest.raises(ValueError, match="y overlaps x in memory"):
+        plan.run(x, w, y=y)

@@ -1,8 +1,8 @@
 """The host (c target) runtime end to end: every tile and dtype against the float64 reference,
-within the issue's bounds, with poisoned outputs and workspaces (every output element and every
-workspace element the plan uses is written); dilation, groups, odd extents, padding, odd and
-wide C, forced LDS / vec-1 / split-prescale / wide-fused binaries, batch split, the filter
-transform reused, refusals and operand checks."""
+within the bounds wino claims (verify.BOUNDS), with poisoned outputs and workspaces (every
+output element and every workspace element the plan uses is written); dilation, groups, odd
+extents, padding, odd and wide C, forced LDS / vec-1 / split-prescale / wide-fused binaries,
+batch split, the filter transform reused, refusals and operand checks."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def test_every_tile_and_dtype_within_bound(root, case):
         else (DType.FP32 if case.problem.dtype is DType.FP32 else DType.FP16)
     )
     assert plan.xdtype is xdtype  # bf16's default pick stores fp16
-    bound = rf.issue_bound(case.tile, case.problem.dtype, xdtype)
+    bound = rf.claimed_bound(case.tile, case.problem.dtype, xdtype)
     assert err <= bound, f"{case.id}: error {err:.3e} > {bound:.1e}"
 
 
@@ -104,7 +104,7 @@ SHAPES = rf.coverage_cases() + rf.extent_cases()
 @pytest.mark.parametrize("case", SHAPES, ids=lambda c: c.id)
 def test_shapes_within_bound(root, case):
     plan, _, err = run_checked(case, root)
-    bound = rf.issue_bound(plan.tile, case.problem.dtype, plan.xdtype)
+    bound = rf.claimed_bound(plan.tile, case.problem.dtype, plan.xdtype)
     assert err <= bound, f"{case.id}: error {err:.3e} > {bound:.1e}"
 
 
@@ -127,7 +127,7 @@ def test_shape_cases_cover_the_issue():
 @pytest.mark.parametrize("case", rf.wide_cases(), ids=lambda c: c.id)
 def test_wide_c_within_bound(root, case):
     plan, _, err = run_checked(case, root)
-    bound = rf.issue_bound(plan.tile, case.problem.dtype, plan.xdtype)
+    bound = rf.claimed_bound(plan.tile, case.problem.dtype, plan.xdtype)
     assert err <= bound, f"{case.id}: error {err:.3e} > {bound:.1e}"
 
 
@@ -162,7 +162,7 @@ def test_forced_specs_within_bound(root, case):
     assert [s.name for s in plan.steps if s.stage is not Stage.GEMM] == [
         s.name for s in case.forced
     ]
-    bound = rf.issue_bound(plan.tile, case.problem.dtype, plan.xdtype)
+    bound = rf.claimed_bound(plan.tile, case.problem.dtype, plan.xdtype)
     assert err <= bound, f"{case.id}: error {err:.3e} > {bound:.1e}"
 
 
@@ -197,7 +197,7 @@ def test_batch_split_is_bit_identical(root, n, split, chunks):
     x, w = rf.inputs(case.problem, _rng(case.id))
     y_whole = whole.run(x, w)
     assert np.array_equal(y_split.view(np.uint16), y_whole.view(np.uint16))
-    assert err <= rf.issue_bound(case.tile, case.problem.dtype, plan.xdtype)
+    assert err <= rf.claimed_bound(case.tile, case.problem.dtype, plan.xdtype)
 
 
 # Filter transform reuse ------------------------------------------------------------------------

@@ -167,3 +167,21 @@ def test_wino_run_as_a_process(root):
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("PASS") and "bf16 N1 C16 10x10 K16" in done.stdout
+
+
+def test_wino_run_skips_a_bad_file_line_and_exits_1(root, tmp_path, capsys):
+    cases = tmp_path / "cases.txt"
+    cases.write_text(f"{LINES[0]}\nconv -n 1 -y\n{LINES[1]}\n")
+    assert _cli(root, "--miopen-file", str(cases)) == 1
+    out, err = capsys.readouterr()
+    assert f"wino: skipping {cases}:2: MIOpenDriver line 'conv -n 1 -y': flag -y has no" in err
+    assert out.splitlines()[-1].startswith("2 case(s): 2 passed")
+
+
+def test_wino_run_direction(root, capsys):
+    assert _cli(root, "--miopen-cmd", LINES[0], "--direction", "fwd") == 0
+    assert capsys.readouterr().out.startswith("PASS")
+    assert _cli(root, "--miopen-cmd", LINES[0], "--direction", "wrw") == 2
+    assert "--direction wrw: wino implements the forward convolution only" in (
+        capsys.readouterr().err
+    )

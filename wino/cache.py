@@ -5,7 +5,8 @@ Layout: ``build/cache/v<FORMAT>/<target>/<flavor>/``
   bin/<name>-<hash>.<ext> binaries addressed by a content hash of everything that changes them
 A flavor names one toolchain configuration (compiler identity and arch), e.g. ``gcc-12.2.0``
 or ``nvcc-13.0-sm_90``. The runtime trusts the manifest and each binary's sha256, never doit's
-database.
+database. It finds a target's cache on ``search_path``: the cache root given, else $WINO_BUILD,
+else ./build, the checkout's build/ and the cache packaged in an installed wheel.
 
 Manifest (schema/manifest.schema.json)::
 
@@ -28,13 +29,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
+import warnings
 from dataclasses import dataclass
+from enum import Enum
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from . import config
+from .files import chmod_as_open
 from .launch import FORMAT
 from .specs import StageSpec, spec_from_fields
 from .vocab import Target
@@ -42,11 +47,58 @@ from .vocab import Target
 MANIFEST = "manifest.json"
 
 
+class CacheSource(Enum):
+    """Where the runtime found a cache, in the order it looks (``search_path``)."""
+
+    ROOT = "the cache root given"
+    ENV = "$WINO_BUILD"
+    CWD = "./build"
+    CHECKOUT = "the checkout's build folder"
+    PACKAGED = "the installed package"
+
+
+@dataclass(frozen=True)
+class BuildFolder:
+    """A build folder the runtime may read, and why it is on the search path."""
+
+    path: Path
+    source: CacheSource
+
+
+def _env_build() -> str | None:
+    """$WINO_BUILD, where an empty value means unset."""
+    return os.environ.get("WINO_BUILD") or None
+
+
 def build_folder(root: Path | str | None = None) -> Path:
-    """The build folder: the ``root`` given, else $WINO_BUILD, else <project>/build."""
+    """The build folder the build writes (and the tuning DB lives in): the ``root`` given, else
+    $WINO_BUILD, else the checkout's build/ (./build when running from an installed wheel)."""
     if root is not None:
         return Path(root)
-    return Path(os.environ.get("WINO_BUILD", config.ROOT / "build"))
+    if _env_build():
+        return Path(_env_build())
+    return config.ROOT / "build" if config.IS_CHECKOUT else Path.cwd() / "build"
+
+
+def search_path(root: Path | str | None = None) -> list[BuildFolder]:
+    """The build folders the runtime reads, in order. An explicit ``root``, else $WINO_BUILD, is
+    the only place looked at (a choice is never second-guessed); otherwise ./build, the
+    checkout's build/ and the cache packaged in the wheel, the first holding the target wins."""
+    if root is not None:
+        return [BuildFolder(Path(root), CacheSource.ROOT)]
+    if _env_build():
+        return [BuildFolder(Path(_env_build()), CacheSource.ENV)]
+    found = [BuildFolder(Path.cwd() / "build", CacheSource.CWD)]
+    if config.IS_CHECKOUT:
+        found.append(BuildFolder(config.ROOT / "build", CacheSource.CHECKOUT))
+    found.append(BuildFolder(config.PACKAGED / "build", CacheSource.PACKAGED))
+    seen: set[Path] = set()
+    unique = []
+    for folder in found:
+        if folder.path.resolve() not in seen:
+            seen.add(folder.path.resolve())
+            unique.append(folder)
+    return unique
 
 
 def cache_root(root: Path | str | None = None) -> Path:
@@ -70,8 +122,11 @@ def atomic_write(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically: a temp file in the same folder, fsync, rename
     (a reader sees the old file or the new one, never a part)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{path.name}-{os.getpid()}-", suffix=".tmp", dir=path.parent
+    )
     try:
+        chmod_as_open(fd)  # readable by whoever may read the cache (and in a wheel), not 0600
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
@@ -120,6 +175,23 @@ class KernelAbi:
             ) from None
 
 
+class CacheError(RuntimeError):
+    """A cache wino will not trust: the message names the file, what is wrong and the command
+    that repairs it."""
+
+
+class CacheWarning(UserWarning):
+    """A broken manifest was passed over for a valid one of another flavor."""
+
+
+#: A manifest's binary path: ``bin/<kernel name>-<hash16>.<ext>``, relative, no ``..``.
+_BINARY = re.compile(r"bin/(?P<name>[A-Za-z0-9_]+)-[0-9a-f]{16}\.[a-z]+")
+
+
+def _repair(target: str) -> str:
+    return f"rebuild with `doit compile:{target}` (`wino cache verify --target {target}` checks it)"
+
+
 @dataclass(frozen=True)
 class CachedKernel:
     name: str
@@ -139,27 +211,97 @@ class Manifest:
     directory: Path
     toolchain: dict[str, Any]
     kernels: dict[str, CachedKernel]
+    source: CacheSource | None = None  # where the search path found it (None: read directly)
+
+    def origin(self) -> str:
+        """The cache folder and, when it was searched for, why it was picked."""
+        why = f" ({self.source.value})" if self.source is not None else ""
+        return f"{self.directory}{why}"
+
+    @property
+    def path(self) -> Path:
+        return self.directory / MANIFEST
 
     def kernel(self, name: str, verify: bool = True) -> CachedKernel:
-        """The named kernel; raises KeyError naming the missing kernel and the build command."""
+        """The named kernel; KeyError naming the missing kernel and the build command; with
+        ``verify``, CacheError unless the binary lies inside the cache folder and its sha256
+        matches the manifest (check this before loading it)."""
         if name not in self.kernels:
             raise KeyError(
                 f"kernel {name} is not in the {self.target.value} cache "
-                f"({self.directory / MANIFEST}); build it with `doit compile:{self.target.value}`"
+                f"({self.path}); build it with `doit compile:{self.target.value}`"
                 " (or add its spec to grids/stages.yaml first)"
             )
         entry = self.kernels[name]
-        if verify and _checked(entry.path, entry.sha256) is False:
-            raise RuntimeError(
-                f"{entry.path}: checksum does not match the manifest; the cache "
-                f"is corrupt: rebuild with `doit compile:{self.target.value}`"
-            )
+        if verify:
+            problem = binary_problem(self.directory, entry)
+            if problem:
+                raise CacheError(
+                    f"{self.path}: kernel {name}: {problem}; {_repair(self.target.value)}"
+                )
         return entry
 
 
+def binary_problem(directory: Path, entry: CachedKernel) -> str | None:
+    """What is wrong with a kernel's binary (outside the cache, missing, checksum), or None."""
+    try:
+        resolved = entry.path.resolve(strict=True)
+    except OSError:
+        return f"binary {entry.path} is missing"
+    if not resolved.is_relative_to(directory.resolve()):
+        return f"binary {entry.path} resolves to {resolved}, outside the cache folder {directory}"
+    stat = resolved.stat()
+    state = (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+    if not _checked(resolved, entry.sha256, state):
+        return f"binary {entry.path}: its sha256 does not match the manifest (corrupt or replaced)"
+    return None
+
+
 @cache
-def _checked(path: Path, sha256: str) -> bool:
-    return path.is_file() and sha256_file(path) == sha256
+def _checked(path: Path, sha256: str, state: tuple[int, ...]) -> bool:
+    """sha256 check, remembered per file state (size, mtime, ctime, inode): a file written
+    since, even with its mtime put back, is hashed again."""
+    return sha256_file(path) == sha256
+
+
+def _load_json(path: Path, target: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CacheError(
+            f"{path}: not a wino manifest (not JSON: {err}); {_repair(target)}"
+        ) from None
+
+
+def _entry(path: Path, target: str, name: str, fields: dict[str, Any]) -> CachedKernel:
+    """One manifest entry, refused unless its symbol, spec and binary path all name it."""
+
+    def bad(what: str) -> CacheError:
+        return CacheError(f"{path}: kernel {name}: {what}; {_repair(target)}")
+
+    if fields["symbol"] != name:
+        raise bad(f"symbol {fields['symbol']!r} is not the kernel's name")
+    try:
+        spec = spec_from_fields(fields["stage"], fields["spec"])
+    except (TypeError, ValueError) as err:
+        raise bad(f"spec is not valid ({err})") from None
+    if spec.name != name:
+        raise bad(f"spec names kernel {spec.name}, not {name}")
+    match = _BINARY.fullmatch(fields["binary"])
+    if match is None or match["name"] != name:
+        raise bad(
+            f"binary {fields['binary']!r} is not bin/{name}-<hash16>.<ext> inside the cache folder"
+        )
+    return CachedKernel(
+        name,
+        spec,
+        name,
+        path.parent / fields["binary"],
+        fields["sha256"],
+        fields.get("registers"),
+        fields.get("spills"),
+        KernelAbi.from_record(fields["abi"]),
+    )
 
 
 def _file_key(path: Path) -> tuple[int, int, int] | None:
@@ -171,41 +313,49 @@ def _file_key(path: Path) -> tuple[int, int, int] | None:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-#: Parsed manifests by path: (file key when parsed, Manifest). One parse per published file.
-_MANIFESTS: dict[Path, tuple[tuple[int, int, int] | None, Manifest]] = {}
+#: Parsed manifests by (path, where found): (file key when parsed, Manifest). One parse per
+#: published file.
+_MANIFESTS: dict[tuple[Path, Any], tuple[tuple[int, int, int] | None, Manifest]] = {}
 #: Candidate manifests by (target folder, flavor pattern): (folder key when globbed, paths).
 _CANDIDATES: dict[tuple[Path, str], tuple[tuple[int, int, int] | None, list[Path]]] = {}
 
 
-def parse_manifest(path: Path) -> Manifest:
-    """Read and schema-validate a manifest file (every call; ``read_manifest`` caches it)."""
-    data = json.loads(path.read_text(encoding="utf-8"))
-    config.validate(data, "manifest", str(path))
+def parse_manifest(path: Path, source: CacheSource | None = None) -> Manifest:
+    """Read and check a manifest (every call; ``read_manifest`` caches it): JSON, schema,
+    format, its folder's target and flavor, and each entry (symbol = name = the spec's name,
+    binary inside bin/). Loads no binary. ``source``: where the search path found it."""
+    path = Path(path)
     directory = path.parent
-    kernels = {}
-    for name, entry in data["kernels"].items():
-        kernels[name] = CachedKernel(
-            name,
-            spec_from_fields(entry["stage"], entry["spec"]),
-            entry["symbol"],
-            directory / entry["binary"],
-            entry["sha256"],
-            entry.get("registers"),
-            entry.get("spills"),
-            KernelAbi.from_record(entry["abi"]),
+    folder_target, folder_flavor = directory.parent.name, directory.name
+    data = _load_json(path, folder_target)
+    try:
+        config.validate(data, "manifest", str(path))
+    except config.ConfigError as err:
+        raise CacheError(f"{err}; {_repair(folder_target)}") from None
+    if (data["target"], data["flavor"]) != (folder_target, folder_flavor):
+        raise CacheError(
+            f"{path}: manifest of {data['target']}/{data['flavor']} found in the "
+            f"{folder_target}/{folder_flavor} folder; {_repair(folder_target)}"
         )
-    return Manifest(Target(data["target"]), data["flavor"], directory, data["toolchain"], kernels)
+    kernels = {
+        name: _entry(path, folder_target, name, fields) for name, fields in data["kernels"].items()
+    }
+    return Manifest(
+        Target(data["target"]), data["flavor"], directory, data["toolchain"], kernels, source
+    )
 
 
-def read_manifest(path: Path, key: tuple[int, int, int] | None = None) -> Manifest:
+def read_manifest(
+    path: Path, key: tuple[int, int, int] | None = None, source: CacheSource | None = None
+) -> Manifest:
     """The manifest at ``path``, parsed once per process and again only when the file's
     (mtime, size, inode) changes (a publication renames a new file into place)."""
     key = _file_key(path) if key is None else key
-    hit = _MANIFESTS.get(path)
+    hit = _MANIFESTS.get((path, source))
     if hit is not None and hit[0] == key:
         return hit[1]
-    manifest = parse_manifest(path)
-    _MANIFESTS[path] = (key, manifest)
+    manifest = parse_manifest(path, source)
+    _MANIFESTS[(path, source)] = (key, manifest)
     return manifest
 
 
@@ -227,7 +377,8 @@ def manifest_state(
     target: Target, root: Path | None = None, flavor: str | None = None
 ) -> tuple[Path, tuple[int, int, int]]:
     """(path, file key) of the manifest ``find_manifest`` would read: the given flavor, or the
-    only / most recently published one. A few stat calls; raises FileNotFoundError."""
+    most recently published one that is valid (a broken newer one of another flavor is passed
+    over with a CacheWarning). A few stat calls once parsed; raises FileNotFoundError."""
     return manifest_state_in(cache_root(root) / target.value, flavor)
 
 
@@ -243,11 +394,80 @@ def manifest_state_in(base: Path, flavor: str | None = None) -> tuple[Path, tupl
         raise FileNotFoundError(
             f"no {target} cache under {base}: build it with `doit compile:{target}`"
         )
-    _, path, key = max(found)
+    found.sort(reverse=True)
+    for _, path, key in found[:-1]:  # newest first; the last one is returned as it is
+        error = _broken(path, key)
+        if error is None:
+            return path, key
+        if (path, key) not in _WARNED:  # once per published file
+            _WARNED.add((path, key))
+            warnings.warn(f"passed over a broken manifest: {error}", CacheWarning, stacklevel=3)
+    _, path, key = found[-1]
     return path, key
 
 
-def find_manifest(target: Target, root: Path | None = None, flavor: str | None = None) -> Manifest:
-    """The target's manifest: the given flavor, or the only / most recently published one."""
-    path, key = manifest_state(target, root, flavor)
-    return read_manifest(path, key)
+#: Broken manifests already warned about, by (path, file key).
+_WARNED: set[tuple[Path, tuple[int, int, int]]] = set()
+
+
+def _broken(path: Path, key: tuple[int, int, int]) -> str | None:
+    """Why the manifest is not usable (its CacheError), or None (it is parsed and cached)."""
+    try:
+        read_manifest(path, key)
+    except CacheError as err:
+        return str(err)
+    return None
+
+
+# Verification of a whole cache -----------------------------------------------------------------
+def manifests(root: Path | None = None, targets=None) -> list[Path]:
+    """Every published manifest under the cache root (of the given targets)."""
+    names = [t.value for t in targets] if targets else ["*"]
+    return sorted(p for n in names for p in cache_root(root).glob(f"{n}/*/{MANIFEST}"))
+
+
+def verify(root: Path | None = None, targets=None) -> tuple[int, list[str]]:
+    """Check every manifest and every binary it lists (without loading any):
+    (kernels checked, one line per problem)."""
+    checked, problems = 0, []
+    for path in manifests(root, targets):
+        try:
+            manifest = read_manifest(path)
+        except CacheError as err:
+            problems.append(str(err))
+            continue
+        for entry in manifest.kernels.values():
+            checked += 1
+            problem = binary_problem(manifest.directory, entry)
+            if problem:
+                problems.append(f"{path}: kernel {entry.name}: {problem}")
+    return checked, problems
+
+
+def manifest_location(
+    target: Target, root: Path | str | None = None, flavor: str | None = None
+) -> tuple[Path, tuple[int, int, int], CacheSource]:
+    """(path, file key, where found) of the manifest ``find_manifest`` reads: in the first
+    build folder of ``search_path(root)`` that holds one, the given flavor or the only / most
+    recently published one. A few stat calls; raises FileNotFoundError naming every place."""
+    looked = []
+    for folder in search_path(root):
+        base = folder.path / "cache" / f"v{FORMAT}" / target.value
+        try:
+            path, key = manifest_state_in(base, flavor)
+        except FileNotFoundError:
+            looked.append(f"{base} ({folder.source.value})")
+            continue
+        return path, key, folder.source
+    raise FileNotFoundError(
+        f"no {target.value} cache{f' of flavor {flavor}' if flavor else ''} in "
+        f"{'; '.join(looked)}: build it with `doit compile:{target.value}`, or install a "
+        "wino wheel that carries it"
+    )
+
+
+def find_manifest(
+    target: Target, root: Path | str | None = None, flavor: str | None = None
+) -> Manifest:
+    """The target's manifest (see ``manifest_location``), parsed once per published file."""
+    return read_manifest(*manifest_location(target, root, flavor))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from . import config, grid
 from .bench import cli as bench_cli
+from .cache import CacheError
 from .launch import (
     largest_split,
     stage_launch,
@@ -26,10 +27,11 @@ from .launch import (
 )
 from .matrix import MATRIX_PATH, support_matrix
 from .pick import default_stage_specs
-from .problem import Problem, read_miopen_file
+from .problem import Direction, Problem, forward_only, read_miopen_cases
 from .refusals import Refused, check_problem
+from .scale import cli as scale_cli
 from .specs import RtInputSpec, StageSpec
-from .vocab import TILES, DType, Prescale, Stage, Tile
+from .vocab import TILES, DType, Prescale, Stage, Target, Tile
 
 EXIT_ERROR = 2
 
@@ -143,12 +145,37 @@ def _explain(line: str) -> int:
     if len(refusals) == len(results):  # nothing serves it: the refusal is the answer
         raise refusals[0]
     print(f"problem: {problem.label()}")
+    picks = _dispatch_picks(problem)
     for tile, result in results.items():
         if isinstance(result, Refused):
             print(f"{tile}: refused [{result.rule}] {result.message}")
         else:
-            print("\n".join(result))
+            mark = f"  <- dispatch's pick ({'; '.join(picks[tile])})" if tile in picks else ""
+            print(result[0] + mark)
+            print("\n".join(result[1:]))
     return 0
+
+
+def _dispatch_picks(problem: Problem) -> dict[Tile, list[str]]:
+    """The tile ``dispatch`` runs when none is given, and why: a target's tuning DB (in the
+    build folder) when it has the problem, else the default rule."""
+    from .runtime import tuning
+    from .runtime.plan import default_tile
+    from .vocab import Target
+
+    picks: dict[Tile, list[str]] = {}
+    untuned = []
+    for target in (Target.C, Target.CUDA):
+        tuned = tuning.best_tile(problem, target)
+        if tuned is None:
+            untuned.append(target.value)
+        else:
+            picks.setdefault(tuned, []).append(f"{target.value}: tuning DB")
+    if untuned:
+        rule = " ".join(default_tile.__doc__.split())  # the rule's one statement
+        reason = f"{', '.join(untuned)}: default rule, {rule}"
+        picks.setdefault(default_tile(problem), []).append(reason)
+    return picks
 
 
 def _explain_tile(problem: Problem, tile: Tile) -> list[str] | Refused:
@@ -228,6 +255,12 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="the build folder holding cache/v<FORMAT>/ (default: build/)",
     )
+    parser.add_argument(
+        "--direction",
+        metavar="fwd",
+        help="override the lines' -F: fwd (forward, the only direction wino serves); "
+        "bwd and wrw are refused",
+    )
     parser.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     parser.add_argument(
         "--repeats",
@@ -243,16 +276,61 @@ def _run(args: argparse.Namespace) -> int:
     from .runtime import verify  # numpy and the runtime: only when `run` runs
 
     problems = [Problem.from_miopen(line) for line in args.miopen_cmd]
+    bad = []
     for path in args.miopen_file:
-        problems += read_miopen_file(path)
+        read, wrong = read_miopen_cases(path)
+        problems, bad = problems + read, bad + wrong
+    for line in bad:  # reported now, the run goes on, the exit code says so at the end
+        print(f"wino: skipping {line}", file=sys.stderr, flush=True)
     if not problems:
         raise ValueError("wino run: pass at least one --miopen-cmd LINE or --miopen-file FILE")
+    direction = Direction.parse(args.direction) if args.direction else None
+    problems = forward_only(problems, direction)
     tile = Tile.parse(args.tile) if args.tile else None
     results = verify.run_cases(
         problems, args.target, tile, args.seed, cache_root=args.cache_root, repeats=args.repeats
     )
     print(verify.format_results(results))
-    return 0 if all(r.ok for r in results) else 1
+    if bad:
+        print(f"wino: {len(bad)} line(s) of the case files were skipped", file=sys.stderr)
+    return 0 if all(r.ok for r in results) and not bad else 1
+
+
+# `wino cache` --------------------------------------------------------------------------------
+def _cache_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action", choices=["verify"], help="verify: check every manifest and binary (loads none)"
+    )
+    parser.add_argument(
+        "--target", choices=[t.value for t in Target], help="one target (default: every one)"
+    )
+    parser.add_argument(
+        "--cache-root",
+        type=Path,
+        metavar="DIR",
+        help="the build folder holding cache/v<FORMAT>/ (default: $WINO_BUILD, else build/)",
+    )
+
+
+def _cache(args: argparse.Namespace) -> int:
+    """`wino cache verify`: one line per problem, a summary; exit 1 when anything is wrong."""
+    from . import cache
+
+    targets = [Target(args.target)] if args.target else None
+    found = cache.manifests(args.cache_root, targets)
+    checked, problems = cache.verify(args.cache_root, targets)
+    for line in problems:
+        print(line)
+    where = cache.cache_root(args.cache_root)
+    if not found:
+        print(f"no manifest under {where}: build the cache with `doit compile`")
+        return 1
+    verdict = "intact" if not problems else f"{len(problems)} problem(s)"
+    print(f"{where}: {len(found)} manifest(s), {checked} kernels checked: {verdict}")
+    if problems:
+        target = args.target or "<target>"
+        print(f"repair: `doit compile:{target}` rebuilds what is missing or corrupt")
+    return 1 if problems else 0
 
 
 # The command line -----------------------------------------------------------------------------
@@ -261,6 +339,11 @@ COMMANDS: dict[str, Command] = {
         "list the AOT grid, its refusals, a problem's pick or the support matrix",
         _grid_arguments,
         _grid,
+    ),
+    "build": Command(
+        "build the kernel cache without doit: a process pool, or --dask on a Dask cluster",
+        scale_cli.build_arguments,
+        scale_cli.build,
     ),
     "run": Command(
         "verify problems against the float64 reference (error vs bound, PASS/FAIL) and time them",
@@ -276,6 +359,11 @@ COMMANDS: dict[str, Command] = {
         "write each case's fastest verified pipeline into the tuning DB",
         bench_cli.tune_arguments,
         bench_cli.tune,
+    ),
+    "cache": Command(
+        "verify the kernel cache: manifests, entries and every binary's sha256 (loads nothing)",
+        _cache_arguments,
+        _cache,
     ),
     "plot": Command(
         "plot a bench CSV: speedup over cuDNN and time against the roofline, per dtype",
@@ -310,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except Refused as refusal:
         print(f"wino: refused [{refusal.rule}]: {refusal.message}", file=sys.stderr)
-    except (ValueError, OSError) as err:  # ConfigError is a ValueError
+    except (ValueError, OSError, CacheError) as err:  # ConfigError is a ValueError
         print(f"wino: error: {err}", file=sys.stderr)
     return EXIT_ERROR
 

@@ -13,8 +13,25 @@ from typing import Any
 import jsonschema
 import yaml
 
+#: The package folder (wino/).
+PACKAGE = Path(__file__).resolve().parent
+#: What an installed wheel carries beside the code: grids/, schema/, templates/ and the built
+#: caches under build/cache/ (staged by ``doit wheel``, see wino.builder.wheel).
+PACKAGED = PACKAGE / "packaged"
+
+
+def _root() -> Path:
+    """$WINO_ROOT when set, else the source checkout around the package, else the packaged data."""
+    if os.environ.get("WINO_ROOT"):
+        return Path(os.environ["WINO_ROOT"])
+    checkout = PACKAGE.parent
+    return checkout if (checkout / "grids" / "stages.yaml").is_file() else PACKAGED
+
+
 #: The project root: grids/, schema/, templates/ and build/ live here (override: WINO_ROOT).
-ROOT = Path(os.environ.get("WINO_ROOT", Path(__file__).resolve().parent.parent))
+ROOT = _root()
+#: True in a source checkout (or under WINO_ROOT); False when running from an installed wheel.
+IS_CHECKOUT = ROOT != PACKAGED
 GRIDS = ROOT / "grids"
 SCHEMAS = ROOT / "schema"
 

@@ -70,7 +70,7 @@ def expand() -> tuple[dict[Stage, tuple[StageSpec, ...]], tuple[RefusedSpec, ...
             for point in _points(subgrid):
                 try:
                     spec = spec_from_fields(stage, point)
-                except ValueError as err:
+                except (ValueError, TypeError) as err:
                     raise config.ConfigError(
                         f"grids/stages.yaml: stages.{stage.short}[{subgrid['name']}]: {err}"
                     ) from None
@@ -84,6 +84,12 @@ def expand() -> tuple[dict[Stage, tuple[StageSpec, ...]], tuple[RefusedSpec, ...
                 else:
                     refused[name] = RefusedSpec(spec, subgrid["name"], why)
     frozen = {stage: tuple(specs.values()) for stage, specs in accepted.items()}
+    if not any(frozen.values()):
+        raise config.ConfigError(
+            f"{config.GRIDS / 'stages.yaml'}: the grid accepts no spec ({len(refused)} refused; "
+            "`wino grid --refused` says why): add a sub-grid under `stages:` or fix the "
+            "refused points; an empty cache serves nothing"
+        )
     return frozen, tuple(refused.values())
 
 

@@ -26,7 +26,7 @@ from .geometry import INDEX_LIMIT, TileGrid, aligned, elems, tiles_per_image
 from .kinds import kind_of
 from .magic import magic_div
 from .problem import Problem
-from .refusals import Refused, check_fit
+from .refusals import Refused, check_fit, check_problem
 from .specs import RtFilterSpec, RtOutputSpec, StageSpec
 from .vocab import DType, Tile
 
@@ -45,7 +45,9 @@ class Launch:
 def stage_launch(spec: StageSpec, problem: Problem, *, tile_scale: bool = True) -> Launch:
     """Grid, block and kernargs of one stage for one problem (a batch chunk: problem.N is the
     chunk). Runs the geometry check: raises Refused when the spec does not fit the problem.
-    ``tile_scale``: whether K4 divides by tile scales (the K2 spec's prescale is not none)."""
+    ``tile_scale``: whether K4 divides by tile scales (the K2 spec's prescale is not none).
+    The problem rules run first (not 3x3, stride, groups, 31-bit), with their rule ids."""
+    check_problem(problem, spec.tile)
     kind = kind_of(spec)
     tg = TileGrid.of(problem, spec.tile)
     base = {name: getattr(problem, name) for name in _PROBLEM_ARGS}

@@ -17,7 +17,7 @@ from .launch import stage_launch
 from .problem import Problem
 from .refusals import Refused
 from .specs import StageSpec
-from .vocab import DType, Prescale, Stage, Tile
+from .vocab import DType, Prescale, Stage, Tile, coerce
 
 _DIRECTIONS = {"ascending": 1, "descending": -1}
 
@@ -83,8 +83,9 @@ def default_stage_specs(
     """The default pick per stage for a problem (its channel extents decide, not the batch);
     ``dtype`` overrides the problem's. Always inside the grid; raises Refused when nothing
     fits."""
-    dtype = dtype or problem.dtype
-    xdtype = xdtype or default_xdtype(dtype)
+    tile = coerce(Tile, tile, "tile")
+    dtype = problem.dtype if dtype is None else coerce(DType, dtype, "dtype")
+    xdtype = default_xdtype(dtype) if xdtype is None else coerce(DType, xdtype, "xdtype")
     probe = replace(problem, N=1, dtype=dtype)
     k2 = _first_fit(Stage.INPUT, tile, dtype, xdtype, probe)
     stages = [Stage.FILTER, *([Stage.PRESCALE] if k2.prescale is Prescale.SPLIT else [])]

@@ -6,10 +6,12 @@ with MIOpenDriver's own defaults for the flags a line leaves out.
 
 from __future__ import annotations
 
+import numbers
 import shlex
 from dataclasses import dataclass, fields, replace
+from enum import Enum
 
-from .vocab import DType
+from .vocab import DType, coerce
 
 #: MIOpenDriver's conv flags: short, long, Problem field, default (MIOpenDriver's own).
 MIOPEN_FLAGS: tuple[tuple[str, str, str, int], ...] = (
@@ -75,6 +77,37 @@ MIOPEN_IGNORED = {
 MIOPEN_COMMANDS = {"conv": DType.FP32, "convfp16": DType.FP16, "convbfp16": DType.BF16}
 
 
+class Direction(Enum):
+    """One convolution direction and its MIOpenDriver -F value (a line's -F 0 means all)."""
+
+    FWD = 1
+    BWD = 2
+    WRW = 4
+
+    @classmethod
+    def parse(cls, text: str) -> Direction:
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            raise ValueError(
+                f"direction {text!r}: expected one of {', '.join(d.name.lower() for d in cls)}"
+            ) from None
+
+
+def forward_only(problems: list[Problem], direction: Direction | None) -> list[Problem]:
+    """``--direction``: fwd sets every case's -F to forward (1); the backward directions are
+    refused, since wino implements the forward convolution only; None keeps the lines' -F."""
+    if direction is None:
+        return problems
+    if direction is not Direction.FWD:
+        raise ValueError(
+            f"--direction {direction.name.lower()}: wino implements the forward convolution only "
+            "(MIOpenDriver -F 1); backward data (bwd) and weight gradients (wrw) are not served: "
+            "pass --direction fwd, or leave it out to follow each line's -F"
+        )
+    return [replace(p, direction=Direction.FWD.value) for p in problems]
+
+
 @dataclass(frozen=True)
 class Problem:
     """Shape and dtype of one convolution. Extents are validated; Winograd fitness is not
@@ -100,12 +133,14 @@ class Problem:
     filter_layout: str = "KRSC"
 
     def __post_init__(self) -> None:
-        if isinstance(self.dtype, str):
-            object.__setattr__(self, "dtype", DType.parse(self.dtype))
+        object.__setattr__(self, "dtype", coerce(DType, self.dtype, "Problem.dtype"))
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.type == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+            if f.type != "int":
+                continue
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool):
                 raise ValueError(f"Problem.{f.name}: expected an integer, got {value!r}")
+            object.__setattr__(self, f.name, int(value))  # numpy integers become ints
         for name in (
             "N",
             "C",
@@ -222,11 +257,45 @@ class Problem:
         return cls(dtype=MIOPEN_COMMANDS[words[0]], **values)
 
 
-def read_miopen_file(path: str) -> list[Problem]:
-    """Every command line of a file (blank lines and '#' comments skipped)."""
-    problems = []
+@dataclass(frozen=True)
+class BadLine:
+    """A line of a cases file that is not a MIOpenDriver conv line: where, and why."""
+
+    path: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}"
+
+
+def read_miopen_cases(path: str) -> tuple[list[Problem], list[BadLine]]:
+    """Every command line of a file (blank lines and '#' comments skipped), and the lines that
+    do not parse (each with its file:line and why); a bad line does not stop the reading."""
+    problems, bad = [], []
     with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if line.split("#", 1)[0].strip():
-                problems.append(Problem.from_miopen(line))
+        for number, line in enumerate(handle, 1):
+            if not line.split("#", 1)[0].strip():
+                continue
+            try:
+                problems.append(Problem.from_miopen(line.strip()))
+            except ValueError as err:
+                bad.append(BadLine(str(path), number, str(err)))
+    return problems, bad
+
+
+def read_miopen_file(path: str) -> list[Problem]:
+    """Every command line of a file; raises ValueError at the first bad line (file:line)."""
+    problems, bad = read_miopen_cases(path)
+    if bad:
+        raise ValueError(str(bad[0]))
     return problems
+
+
+def canonical_line(line: str) -> str:
+    """The one spelling of a case: ``Problem.from_miopen(line).to_miopen()`` (every flag once,
+    in MIOPEN_FLAGS order); a line that does not parse is returned as given."""
+    try:
+        return Problem.from_miopen(line).to_miopen()
+    except ValueError:
+        return line

@@ -1,18 +1,30 @@
 """Refusal rules as data (grids/refusals.yaml): spec rules, problem rules and fit rules.
 
 A condition is a small Python expression checked against a whitelist of syntax (comparisons,
-boolean and arithmetic operators, names, constants and a few helper calls) and evaluated with no
-builtins. The names a condition may use are the spec's fields, the problem's extents and the
-derived sizes below, and the file's params.
+boolean and arithmetic operators, names, constants and a few helper calls) and evaluated by
+simpleeval with bounded operators: numbers only, |values| < 2**256, exponents 0..64, conditions
+of at most 400 characters, so no rule can hang or exhaust memory. Messages are format strings
+whose fields are plain names with widths of at most 99. The names a condition may use are the
+spec's fields, the problem's extents and the derived sizes below, and the file's params. Every
+rule is evaluated and formatted against probe namespaces when the file is loaded
+(``rule_book``), so a bad rule fails `doit validate`, `wino grid` and the build with its id and
+file:line, not at dispatch.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import operator
+import re
+import string
+import threading
 from dataclasses import dataclass
 from functools import cache, lru_cache
+from pathlib import Path
 from typing import Any
+
+import simpleeval
 
 from . import config
 from .geometry import ceil_div, elems_one_image, lds_bytes
@@ -68,6 +80,77 @@ _ALLOWED_NODES = (
     ast.List,
 )
 
+# Bounds of the expression language: every value an operator takes or makes, every exponent,
+# every condition's length and every message field's width is bounded, so evaluating a rule
+# costs microseconds whatever the file says (checked at load against probe namespaces).
+VALUE_LIMIT = 2**256  # |operand| and |result| of arithmetic: far past any product of extents
+EXPONENT_LIMIT = 64
+CONDITION_LIMIT = 400  # characters
+STRING_LIMIT = 64  # characters of a string constant
+WIDTH_LIMIT = 99  # a message field's format width or precision
+_FORMAT_SPEC = re.compile(r"[<>^=]?[-+ ]?#?0?(?P<width>\d*),?(\.(?P<prec>\d+))?[bdoxXeEfFgGn%s]?")
+
+
+def _number(value: Any) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _RuleValueError(f"arithmetic takes numbers, got {value!r}")
+    if abs(value) >= VALUE_LIMIT:
+        raise _RuleValueError(f"a value past 2**256 ({type(value).__name__})")
+    return value
+
+
+class _RuleValueError(ValueError):
+    """A bound of the expression language was crossed while evaluating a condition."""
+
+
+def _arithmetic(fn):
+    def bounded(a, b):
+        return _number(fn(_number(a), _number(b)))
+
+    return bounded
+
+
+def _power(a, b):
+    if not isinstance(b, int) or isinstance(b, bool) or not 0 <= b <= EXPONENT_LIMIT:
+        raise _RuleValueError(f"exponent {b!r} is outside 0..{EXPONENT_LIMIT}")
+    return _number(_number(a) ** b)
+
+
+_OPERATORS = {
+    ast.Add: _arithmetic(operator.add),
+    ast.Sub: _arithmetic(operator.sub),
+    ast.Mult: _arithmetic(operator.mul),
+    ast.FloorDiv: _arithmetic(operator.floordiv),
+    ast.Mod: _arithmetic(operator.mod),
+    ast.Pow: _power,
+    ast.USub: lambda a: -_number(a),
+    ast.Not: operator.not_,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.In: lambda x, y: x in y,
+    ast.NotIn: lambda x, y: x not in y,
+}
+
+
+_EVALUATORS = threading.local()  # one simpleeval evaluator per thread (building one is slow)
+
+
+def evaluate(tree: ast.Expression, namespace: dict[str, Any]) -> Any:
+    """Evaluate a checked condition (``_compile``) with simpleeval and the bounded operators."""
+    evaluator = getattr(_EVALUATORS, "evaluator", None)
+    if evaluator is None:
+        evaluator = simpleeval.EvalWithCompoundTypes(operators=_OPERATORS, functions=HELPERS)
+        _EVALUATORS.evaluator = evaluator
+    evaluator.names = namespace
+    try:
+        return evaluator.eval("", previously_parsed=tree.body)
+    finally:
+        evaluator.names = {}
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -76,50 +159,80 @@ class Rule:
     stages: tuple[str, ...]
     when: str
     message: str
+    where: str = "refusals.yaml"  # file:line of the rule, for messages
+
+    def _error(self, what: str) -> config.ConfigError:
+        return config.ConfigError(f"{self.where}: rule {self.id}: {what}")
 
     @property
-    def code(self):
-        return _compile(self.when, self.id)
+    def code(self) -> ast.Expression:
+        return _compile(self.when, self.id, self.where)
 
     def names(self) -> frozenset[str]:
-        return _condition_names(self.when)
+        return _names(self.when, self.id, self.where)
 
     def fires(self, namespace: dict[str, Any]) -> bool:
         code = self.code  # a syntax error or a forbidden construct is a ConfigError first
-        missing = self.names() - set(namespace)
+        missing = [name for name in self.names() if name not in namespace]
         if missing:
-            raise config.ConfigError(
-                f"refusals.yaml rule {self.id}: condition uses unknown name(s) {sorted(missing)}"
-            )
-        return bool(eval(code, {"__builtins__": {}}, {**HELPERS, **namespace}))  # noqa: S307
+            raise self._error(f"condition uses unknown name(s) {sorted(missing)}")
+        try:
+            return bool(evaluate(code, namespace))
+        except (_RuleValueError, ArithmeticError, TypeError) as err:
+            raise self._error(f"condition `{self.when}` cannot be evaluated: {err}") from None
+        except simpleeval.InvalidExpression as err:
+            raise self._error(f"condition `{self.when}`: {err}") from None
+
+    def fields(self) -> list[str]:
+        """The message's field names, checked: plain names, bounded widths, no nesting."""
+        try:
+            parts = list(string.Formatter().parse(self.message))
+        except ValueError as err:
+            raise self._error(f"message is not a format string: {err}") from None
+        names = []
+        for _, name, spec, conversion in parts:
+            if name is None:
+                continue
+            if not name.isidentifier():
+                raise self._error(f"message field {{{name}}} must be a plain name")
+            match = _FORMAT_SPEC.fullmatch(spec or "")
+            if conversion not in (None, "s", "r") or match is None or "{" in spec:
+                raise self._error(f"message field {{{name}}} has format {spec!r}; keep it simple")
+            for part in ("width", "prec"):
+                if match[part] and int(match[part]) > WIDTH_LIMIT:
+                    raise self._error(
+                        f"message field {{{name}}}: {part} {match[part]} is over {WIDTH_LIMIT}"
+                    )
+            names.append(name)
+        return names
 
     def refusal(self, namespace: dict[str, Any]) -> Refused:
+        missing = [n for n in self.fields() if n not in namespace]
+        if missing:
+            raise self._error(f"message names {missing[0]!r} which is not defined")
         try:
             text = self.message.format(**namespace)
-        except (KeyError, IndexError) as err:
-            raise config.ConfigError(
-                f"refusals.yaml rule {self.id}: message names {err} which is not defined"
-            ) from None
+        except (ValueError, TypeError) as err:
+            raise self._error(f"message cannot be formatted: {err}") from None
         return Refused(self.id, text)
 
 
 @cache
-@cache
-def _condition_names(expression: str) -> frozenset[str]:
-    """The names a condition reads (parsed once per expression)."""
-    tree = ast.parse(expression, mode="eval")
-    return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)) - set(HELPERS)
-
-
-def _compile(expression: str, rule_id: str):
+def _compile(expression: str, rule_id: str, where: str = "refusals.yaml") -> ast.Expression:
+    """Parse a condition and check it against the whitelist of syntax and the bounds."""
+    prefix = f"{where}: rule {rule_id}"
+    if len(expression) > CONDITION_LIMIT:
+        raise config.ConfigError(
+            f"{prefix}: condition of {len(expression)} characters, over {CONDITION_LIMIT}"
+        )
     try:
         tree = ast.parse(expression, mode="eval")
     except SyntaxError as err:
-        raise config.ConfigError(f"refusals.yaml rule {rule_id}: bad condition: {err}") from None
+        raise config.ConfigError(f"{prefix}: bad condition: {err}") from None
     for node in ast.walk(tree):
         if not isinstance(node, _ALLOWED_NODES):
             raise config.ConfigError(
-                f"refusals.yaml rule {rule_id}: {type(node).__name__} is not allowed in a "
+                f"{prefix}: {type(node).__name__} is not allowed in a "
                 "condition (use names, constants, comparisons, and/or/not, arithmetic, "
                 f"{', '.join(sorted(HELPERS))})"
             )
@@ -127,24 +240,89 @@ def _compile(expression: str, rule_id: str):
             isinstance(node.func, ast.Name) and node.func.id in HELPERS
         ):
             raise config.ConfigError(
-                f"refusals.yaml rule {rule_id}: only {sorted(HELPERS)} may be called in a condition"
+                f"{prefix}: only {sorted(HELPERS)} may be called in a condition"
             )
-    return compile(tree, f"<rule {rule_id}>", "eval")
+        if isinstance(node, ast.Constant) and not _small_constant(node.value):
+            raise config.ConfigError(f"{prefix}: constant {node.value!r:.40} is out of bounds")
+    return tree
+
+
+@cache
+def _names(expression: str, rule_id: str, where: str) -> frozenset[str]:
+    tree = _compile(expression, rule_id, where)
+    return frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name)) - set(HELPERS)
+
+
+def _small_constant(value: Any) -> bool:
+    if isinstance(value, str):
+        return len(value) <= STRING_LIMIT
+    if isinstance(value, (bool, type(None))):
+        return True
+    return isinstance(value, (int, float)) and abs(value) < VALUE_LIMIT
+
+
+def _rule_lines(path: Path) -> dict[str, int]:
+    """Line of each rule's ``- id:`` in the file (for file:line in messages)."""
+    lines = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        match = re.match(r"\s*-\s*id:\s*['\"]?([A-Za-z0-9_]+)", line)
+        if match:
+            lines.setdefault(match[1], number)
+    return lines
 
 
 @lru_cache(maxsize=1)
 def rule_book() -> tuple[dict[str, int], tuple[Rule, ...]]:
+    """The params and rules of grids/refusals.yaml, every rule checked against probe
+    namespaces (so a bad rule fails here, with its id and file:line, not at dispatch)."""
     data = config.declared("refusals")
+    path = config.GRIDS / "refusals.yaml"
+    lines = _rule_lines(path)
     rules = []
     for scope in ("spec", "problem", "fit"):
         for entry in data[f"{scope}_rules"]:
             stages = tuple(entry.get("stages", ()))
-            rules.append(Rule(entry["id"], scope, stages, entry["when"], entry["message"]))
+            where = f"{path}:{lines.get(entry['id'], '?')}"
+            rules.append(Rule(entry["id"], scope, stages, entry["when"], entry["message"], where))
     ids = [r.id for r in rules]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
-        raise config.ConfigError(f"refusals.yaml: rule ids must be unique; repeated: {dupes}")
-    return dict(data["params"]), tuple(rules)
+        raise config.ConfigError(f"{path}: rule ids must be unique; repeated: {dupes}")
+    params = dict(data["params"])
+    for rule in rules:
+        probe(rule, params)
+    return params, tuple(rules)
+
+
+#: Names the launch geometry adds for every stage's fit rules (wino.launch.stage_launch).
+FIT_DERIVED = ("lanes", "grid_y", "max_elems_chunk", "max_threads_chunk")
+_PROBE_PROBLEMS = (
+    Problem(N=2, C=16, H=8, W=8, K=16, pad_h=1, pad_w=1),
+    Problem(N=1, C=6, H=9, W=9, K=4, R=5, S=5, stride_h=2, stride_w=2, groups=2),
+)
+
+
+def probe(rule: Rule, params: dict[str, Any]) -> None:
+    """Evaluate a rule's condition and format its message against probe namespaces of its
+    scope; a ConfigError (id, file:line, what) if either fails."""
+    from .specs import SPEC_CLASSES
+    from .vocab import Stage
+
+    specs = [SPEC_CLASSES[Stage(stage)]() for stage in rule.stages]
+    if rule.scope == "spec":
+        namespaces = [_spec_ns(spec, params) for spec in specs]
+    elif rule.scope == "problem":
+        namespaces = [_problem_ns(p, params) for p in _PROBE_PROBLEMS]
+    else:
+        derived = dict.fromkeys(FIT_DERIVED, 1)
+        namespaces = [
+            {**_problem_ns(p, params, spec.tile), **_spec_ns(spec, params), **derived}
+            for spec in specs
+            for p in _PROBE_PROBLEMS[:1]
+        ]
+    for namespace in namespaces:
+        rule.fires(namespace)
+        rule.refusal(namespace)
 
 
 def rules(scope: str, stage: str | None = None) -> list[Rule]:
@@ -154,7 +332,10 @@ def rules(scope: str, stage: str | None = None) -> list[Rule]:
 
 # Namespaces ------------------------------------------------------------------------------------
 def spec_namespace(spec: StageSpec) -> dict[str, Any]:
-    params, _ = rule_book()
+    return _spec_ns(spec, rule_book()[0])
+
+
+def _spec_ns(spec: StageSpec, params: dict[str, Any]) -> dict[str, Any]:
     ns = dict(params)
     ns.update(spec.fields_dict())
     tile = spec.tile
@@ -167,14 +348,17 @@ def spec_namespace(spec: StageSpec) -> dict[str, Any]:
 
 
 def problem_namespace(problem: Problem, tile: Tile | None = None) -> dict[str, Any]:
-    params, _ = rule_book()
+    return _problem_ns(problem, rule_book()[0], tile)
+
+
+def _problem_ns(problem: Problem, params: dict[str, Any], tile: Tile | None = None) -> dict:
     ns = dict(params)
     for field in dataclasses.fields(problem):
         if field.type == "int":  # every extent, pad, stride, dilation, groups, direction
             ns[field.name] = getattr(problem, field.name)
     ns.update(dtype=problem.dtype.short, Cg=problem.Cg, Kg=problem.Kg)
+    ns["Ho"], ns["Wo"] = problem.Ho, problem.Wo
     if problem.R == 3 and problem.S == 3 and problem.stride_h == 1 and problem.stride_w == 1:
-        ns["Ho"], ns["Wo"] = problem.Ho, problem.Wo
         tiles = (tile,) if tile is not None else TILES
         ns["max_elems_one_image"] = max(elems_one_image(problem.with_batch(1), t) for t in tiles)
     else:

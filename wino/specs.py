@@ -12,13 +12,14 @@ the tuning DB.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from . import axes
-from .vocab import VECS, DType, K2Path, Prescale, Stage, Tile
+from .vocab import VECS, DType, K2Path, Prescale, Stage, Tile, coerce
 
-_COERCE = {"Tile": Tile.parse, "DType": DType.parse, "K2Path": K2Path, "Prescale": Prescale}
+_VOCAB = {"Tile": Tile, "DType": DType, "K2Path": K2Path, "Prescale": Prescale}
 
 
 class _Spec:
@@ -32,23 +33,13 @@ class _Spec:
             if f.name == "extra":
                 continue
             value = getattr(self, f.name)
-            if f.type in _COERCE and isinstance(value, str):
-                try:
-                    value = _COERCE[f.type](value)
-                except ValueError as err:
-                    raise ValueError(f"{type(self).__name__}.{f.name}: {err}") from None
-                object.__setattr__(self, f.name, value)
-            expected = {
-                "Tile": Tile,
-                "DType": DType,
-                "K2Path": K2Path,
-                "Prescale": Prescale,
-                "int": int,
-            }[f.type]
-            if not isinstance(value, expected) or isinstance(value, bool):
-                raise ValueError(
-                    f"{type(self).__name__}.{f.name}: expected {f.type}, got {value!r}"
-                )
+            label = f"{type(self).__name__}.{f.name}"
+            if f.type in _VOCAB:  # the member or its string value; lists the valid ones
+                object.__setattr__(self, f.name, coerce(_VOCAB[f.type], value, label))
+            elif not isinstance(value, numbers.Integral) or isinstance(value, bool):
+                raise ValueError(f"{label}: expected int, got {value!r}")
+            else:
+                object.__setattr__(self, f.name, int(value))  # numpy integers become ints
         if getattr(self, "vec", 1) not in VECS:
             raise ValueError(f"{type(self).__name__}.vec: expected one of {VECS}, got {self.vec}")
         object.__setattr__(self, "extra", self._checked_extra())

@@ -149,3 +149,21 @@ TILES: tuple[Tile, ...] = tuple(
 )
 
 VECS: tuple[int, ...] = (1, 2, 4, 8)
+
+
+def coerce(cls: type, value: object, what: str):
+    """``value`` as a member of ``cls`` (an Enum above, or Tile): the member itself or its
+    string value (DType and Tile also take their aliases, e.g. "float16", "f4x4"). A string
+    that names nothing is a ValueError listing the valid values; any other type a TypeError."""
+    if isinstance(value, cls):
+        return value
+    valid = [t.name for t in TILES] if cls is Tile else [m.value for m in cls]
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{what}: expected a {cls.__name__} or one of {valid}, got "
+            f"{type(value).__name__} {value!r}"
+        )
+    try:
+        return cls.parse(value) if hasattr(cls, "parse") else cls(value)
+    except ValueError:
+        raise ValueError(f"{what}: {value!r} is not one of {valid}") from None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..problem import MIOPEN_FLAGS, Problem, read_miopen_file
+from ..problem import MIOPEN_FLAGS, BadLine, Problem, read_miopen_cases
 from ..vocab import DType
 
 #: MIOpenDriver shape flags a case can be built from (short flag -> Problem field).
@@ -19,15 +19,22 @@ SHAPE_FLAGS: dict[str, str] = {
 }
 
 
-def problems_from(files=(), commands=(), shape: dict[str, int] | None = None) -> list[Problem]:
-    """The problems of the inputs, in order: each file's lines, each command, the shape case."""
+def problems_from(
+    files=(), commands=(), shape: dict[str, int] | None = None
+) -> tuple[list[Problem], list[BadLine]]:
+    """The problems of the inputs, in order: each file's lines, each command, the shape case;
+    and the files' lines that do not parse (skipped, each with its file:line). A bad command
+    or shape flag raises ValueError."""
     problems: list[Problem] = []
+    bad: list[BadLine] = []
     for path in files:
-        problems += read_miopen_file(str(path))
+        read, wrong = read_miopen_cases(str(path))
+        problems += read
+        bad += wrong
     problems += [Problem.from_miopen(line) for line in commands]
     if shape:
         problems.append(shape_problem(shape))
-    return problems
+    return problems, bad
 
 
 def shape_problem(shape: dict[str, int]) -> Problem:
@@ -95,8 +102,8 @@ def select_cases(
 
 
 def case_key(problem: Problem) -> str:
-    """The case's key in the results CSV and the tuning DB: the MIOpenDriver line (dtype and
-    batch included) plus the dilation."""
+    """The case's key in the results CSV and the tuning DB: the canonical MIOpenDriver line
+    (dtype, batch and dilation included, each flag once)."""
     from ..runtime.tuning import problem_key
 
     return problem_key(problem)

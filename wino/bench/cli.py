@@ -10,6 +10,8 @@ from pathlib import Path
 from .cases import SHAPE_FLAGS
 
 EXIT_UNAVAILABLE = 2
+EXIT_FAILED = 1  # some case failed, broke or could not be read (the run went on)
+NOISE_PERCENT = 10.0  # wino tune: the largest disagreement of two timings of a winner
 
 
 # Arguments -----------------------------------------------------------------------------------
@@ -43,6 +45,12 @@ def _case_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="fp16|bf16|fp32",
         help="override the lines' dtype; repeat or give a comma list to sweep",
+    )
+    cases.add_argument(
+        "--direction",
+        metavar="fwd",
+        help="override the lines' -F: fwd (forward, the only direction wino serves); "
+        "bwd and wrw are refused",
     )
     cases.add_argument("--limit", type=int, metavar="N", help="only the first N cases")
     cases.add_argument(
@@ -100,6 +108,18 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
         help="merge one row per case x engine x tile into this CSV",
     )
     run.add_argument(
+        "--dask",
+        metavar="SCHEDULER|local",
+        help="run the cases as shards on a Dask cluster (a scheduler address, or local: one "
+        "worker per GPU on cuda, per core on c) and merge them (needs the dask extra)",
+    )
+    run.add_argument(
+        "--dask-shards",
+        type=int,
+        metavar="N",
+        help="with --dask: N shards (default: one per GPU worker on cuda, per worker on c)",
+    )
+    run.add_argument(
         "--progress",
         action="store_true",
         help="show the progress bar on stderr even when it is not a terminal",
@@ -110,7 +130,11 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
     _case_arguments(parser)
     _run_arguments(parser)
     parser.add_argument(
-        "--verify", action="store_true", help="check every pipeline against a float64 reference"
+        "--verify",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="check every pipeline against a float64 reference (default); --no-verify skips "
+        "the check and labels the figures unverified",
     )
     parser.add_argument(
         "--compare",
@@ -135,6 +159,14 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
 def tune_arguments(parser: argparse.ArgumentParser) -> None:
     _case_arguments(parser)
     _run_arguments(parser)
+    parser.add_argument(
+        "--noise",
+        type=float,
+        default=NOISE_PERCENT,
+        metavar="PCT",
+        help="record a winner only when two timings of it agree within PCT percent "
+        f"(default {NOISE_PERCENT:g})",
+    )
 
 
 def plot_arguments(parser: argparse.ArgumentParser) -> None:
@@ -156,6 +188,9 @@ def plot_arguments(parser: argparse.ArgumentParser) -> None:
 
 # Building the sweep --------------------------------------------------------------------------
 def gather_cases(args: argparse.Namespace):
+    """(the cases, the files' bad lines): the bad lines are reported on stderr now and skipped;
+    the handler turns them into a non-zero exit at the end."""
+    from ..problem import Direction, forward_only
     from .cases import parse_dtypes, parse_shard, problems_from, select_cases, with_dtypes
 
     shape = {
@@ -163,13 +198,32 @@ def gather_cases(args: argparse.Namespace):
         for flag, field in SHAPE_FLAGS.items()
         if getattr(args, f"shape_{field}") is not None
     }
-    problems = problems_from(args.miopen_file, args.miopen_cmd, shape)
+    direction = Direction.parse(args.direction) if args.direction else None
+    problems, bad = problems_from(args.miopen_file, args.miopen_cmd, shape)
+    report_bad_lines(bad)
     if not problems:
         raise ValueError(
             "no cases: pass --miopen-file, --miopen-cmd or shape flags (-n -c -H -W -k ...)"
         )
-    cases = with_dtypes(problems, parse_dtypes(args.dtype))
-    return select_cases(cases, args.limit, parse_shard(args.shard))
+    cases = with_dtypes(forward_only(problems, direction), parse_dtypes(args.dtype))
+    return select_cases(cases, args.limit, parse_shard(args.shard)), bad
+
+
+def report_bad_lines(bad) -> None:
+    for line in bad:
+        print(f"wino: skipping {line}", file=sys.stderr, flush=True)
+
+
+def with_bad_lines(code: int, bad) -> int:
+    """The exit code once the run is over: failed when a case file had bad lines."""
+    if not bad:
+        return code
+    print(
+        f"wino: {len(bad)} line(s) of the case files were not cases and were skipped: "
+        + ", ".join(f"{b.path}:{b.line}" for b in bad),
+        file=sys.stderr,
+    )
+    return max(code, EXIT_FAILED)
 
 
 def _tiles(values):
@@ -192,17 +246,9 @@ def _target(name: str | None):
 
 
 def _device(args: argparse.Namespace, target):
-    from .device import open_device
-    from .timing import Settings
+    from .device import open_device, with_final
 
-    device = open_device(target, args.cache_root)
-    if args.repeats is not None or args.warmup is not None:
-        default = device.final_settings
-        device.final_settings = Settings(
-            default.warmup if args.warmup is None else args.warmup,
-            default.repeats if args.repeats is None else args.repeats,
-        )
-    return device
+    return with_final(open_device(target, args.cache_root), args.warmup, args.repeats)
 
 
 def _check_compare(engine: str, target) -> None:
@@ -217,10 +263,15 @@ def _check_compare(engine: str, target) -> None:
         import_onnxruntime()
 
 
-def build_sweep(
-    args: argparse.Namespace, verify: bool, compare: str | None, skip_measured: bool = False
+def sweep_options(
+    args: argparse.Namespace,
+    verify: bool,
+    compare: str | None,
+    skip_measured: bool = False,
+    recheck: bool = False,
 ):
-    from .sweep import Options, Sweep
+    """The target and the sweep's Options, the arguments checked (no device opened)."""
+    from .sweep import Options
 
     target = _target(args.target)
     if compare is not None:
@@ -229,7 +280,8 @@ def build_sweep(
         raise ValueError("--skip-measured needs --results (the CSV to resume)")
     if args.candidates is not None and args.candidates < 1:
         raise ValueError(f"--candidates {args.candidates}: expected N >= 1")
-    device = _device(args, target)
+    if args.dask_shards is not None and not args.dask:
+        raise ValueError("--dask-shards needs --dask SCHEDULER|local")
     options = Options(
         tiles=_tiles(args.tile),
         timing=args.timing,
@@ -237,16 +289,31 @@ def build_sweep(
         compare=compare,
         candidate_limit=args.candidates,
         cache_root=args.cache_root,
+        recheck=recheck,
     )
-    return Sweep(device, options, args.results, skip_measured)
+    return target, options
+
+
+def build_sweep(
+    args: argparse.Namespace,
+    verify: bool,
+    compare: str | None,
+    skip_measured: bool = False,
+    recheck: bool = False,
+):
+    from .sweep import Sweep
+
+    target, options = sweep_options(args, verify, compare, skip_measured, recheck)
+    return Sweep(_device(args, target), options, args.results, skip_measured)
 
 
 def _header(command: str, sweep, cases) -> None:
     d, o = sweep.device, sweep.options
     tiles = "all" if len(o.tiles) > 8 else ",".join(t.name for t in o.tiles)
+    check = "" if o.verify else ", NOT verified (--no-verify): figures are labelled unverified"
     print(
         f"wino {command}: {len(cases)} case(s) on {d.target.value} ({d.manifest.flavor}), "
-        f"timing {o.timing}, tiles {tiles}",
+        f"timing {o.timing}, tiles {tiles}{check}",
         flush=True,
     )
 
@@ -260,7 +327,7 @@ def overhead(args: argparse.Namespace) -> int:
     given = given or any(
         getattr(args, f"shape_{field}") is not None for field in SHAPE_FLAGS.values()
     )
-    problem = gather_cases(args)[0] if given else Problem.from_miopen(DEFAULT_CASE)
+    problem = gather_cases(args)[0][0] if given else Problem.from_miopen(DEFAULT_CASE)
     target = _target(args.target)
     repeats = args.repeats if args.repeats is not None else 7
     print(report(problem, target, measure(problem, target, args.cache_root, repeats=repeats)))
@@ -274,25 +341,43 @@ def bench(args: argparse.Namespace) -> int:
     if args.overhead:
         return overhead(args)
 
-    cases = gather_cases(args)
+    cases, bad = gather_cases(args)
     try:
+        if args.dask:
+            from ..scale.sweep import run_dask
+
+            setup = sweep_options(args, args.verify, args.compare, args.skip_measured)
+            return with_bad_lines(run_dask(args, cases, *setup, tune=False), bad)
         sweep = build_sweep(args, args.verify, args.compare, args.skip_measured)
     except EngineUnavailable as missing:
         print(f"wino bench: skipped: {missing}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     _header("bench", sweep, cases)
-    return sweep.run(cases, Progress(len(cases), True if args.progress else None))
+    code = sweep.run(cases, Progress(len(cases), True if args.progress else None))
+    return with_bad_lines(code, bad)
 
 
 def tune(args: argparse.Namespace) -> int:
     from .progress import Progress
+    from .tune import pinning_advice
     from .tune import tune as run_tune
 
-    cases = gather_cases(args)
-    sweep = build_sweep(args, verify=True, compare=None)
+    cases, bad = gather_cases(args)
+    if args.noise <= 0:
+        raise ValueError(f"--noise {args.noise:g}: expected a percentage > 0")
+    if args.dask:
+        from ..scale.sweep import run_dask
+
+        setup = sweep_options(args, True, None, recheck=True)
+        return with_bad_lines(run_dask(args, cases, *setup, tune=True), bad)
+    sweep = build_sweep(args, verify=True, compare=None, recheck=True)
     _header("tune", sweep, cases)
+    advice = pinning_advice(sweep.device.target)
+    if advice:
+        print(f"wino tune: {advice}", file=sys.stderr, flush=True)
     progress = Progress(len(cases), True if args.progress else None)
-    return run_tune(cases, sweep, progress, args.cache_root)
+    code = run_tune(cases, sweep, progress, args.cache_root, args.noise / 100)
+    return with_bad_lines(code, bad)
 
 
 def plot(args: argparse.Namespace) -> int:

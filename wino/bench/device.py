@@ -94,3 +94,15 @@ def open_device(
         raise ValueError(f"target {target.value}: no device to benchmark on (compile only)")
     cls = load(DEVICES[target])
     return cls(manifest, candidate or cls.CANDIDATE, final or cls.FINAL)
+
+
+def with_final(device: Device, warmup: int | None, repeats: int | None) -> Device:
+    """``device`` with its final measurement's warm-up and repeats replaced where given (the
+    command line's --warmup / --repeats, here or in a Dask shard)."""
+    if warmup is not None or repeats is not None:
+        default = device.final_settings
+        device.final_settings = Settings(
+            default.warmup if warmup is None else warmup,
+            default.repeats if repeats is None else repeats,
+        )
+    return device

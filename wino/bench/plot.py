@@ -1,7 +1,7 @@
 """``wino plot out.csv -o speedup.png``: per dtype, one picture with two panels per layer: the
 speedup of the best wino pipeline over cuDNN, and the times of both against the wino
-pipeline's roofline bound. matplotlib is optional (``pip install 'wino[plot]'``) and is
-imported here only."""
+pipeline's roofline bound (a CSV without cuDNN rows, e.g. the host's, gets the second only).
+matplotlib is optional (``pip install 'wino[plot]'``) and is imported here only."""
 
 from __future__ import annotations
 
@@ -58,25 +58,34 @@ def _ratio(a, b) -> float:
     return a / b if a and b else 0.0
 
 
+ENGINES = {"wino": "wino", "cudnn": "cuDNN"}  # engine -> its name in the legend
+
+
+def engines_with_data(data: list[dict]) -> list[str]:
+    """The engines that have a time in at least one layer (a host CSV has no cuDNN)."""
+    return [e for e in ENGINES if any(_time(d[e]) for d in data)]
+
+
 def figure(plt, dtype: str, data: list[dict]):
-    """Top: cuDNN time / wino time per layer (1 = parity). Bottom: each engine's time over the
-    wino pipeline's roofline bound (1 = at the bound), the wino time written on its bar."""
+    """Top (when both engines have data): cuDNN time / wino time per layer (1 = parity).
+    Bottom: each engine's time over the wino pipeline's roofline bound (1 = at the bound), the
+    wino time written on its bar. Engines without data are left out."""
+    present = engines_with_data(data)
     xs = list(range(len(data)))
-    size = (max(6.0, 0.8 * len(data) + 2), 8)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=size, sharex=True)
-    speedups = [_ratio(_time(d["cudnn"]), _time(d["wino"])) for d in data]
-    top.bar(xs, speedups, color=["tab:green" if s >= 1 else "tab:red" for s in speedups])
-    top.axhline(1.0, color="black", linewidth=0.8)
-    top.set_ylabel("speedup over cuDNN (x)")
-    top.set_title(f"wino (best verified pipeline) vs cuDNN, {dtype}")
-    width = 0.4
-    for i, engine in enumerate(("wino", "cudnn")):
+    compare = present == list(ENGINES)
+    size = (max(6.0, 0.8 * len(data) + 2), 8 if compare else 4.5)
+    fig, axes = plt.subplots(2 if compare else 1, 1, figsize=size, sharex=True, squeeze=False)
+    bottom = axes[-1][0]
+    if compare:
+        _speedup_panel(axes[0][0], dtype, data, xs)
+    else:
+        bottom.set_title(f"wino (best verified pipeline) against its roofline bound, {dtype}")
+    width = 0.8 / len(present)
+    for i, engine in enumerate(present):
         ratios = [_ratio(_time(d[engine]), _time(d["wino"], "bound_us")) for d in data]
+        offset = (i - (len(present) - 1) / 2) * width
         bars = bottom.bar(
-            [x + (i - 0.5) * width for x in xs],
-            ratios,
-            width,
-            label=f"{'cuDNN' if engine == 'cudnn' else 'wino'} time / bound",
+            [x + offset for x in xs], ratios, width, label=f"{ENGINES[engine]} time / bound"
         )
         if engine == "wino":
             labels = [f"{_time(d['wino']) or 0:.0f} us" for d in data]
@@ -89,6 +98,14 @@ def figure(plt, dtype: str, data: list[dict]):
     bottom.set_xticklabels([d["label"] for d in data], rotation=45, ha="right", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _speedup_panel(top, dtype: str, data: list[dict], xs: list[int]) -> None:
+    speedups = [_ratio(_time(d["cudnn"]), _time(d["wino"])) for d in data]
+    top.bar(xs, speedups, color=["tab:green" if s >= 1 else "tab:red" for s in speedups])
+    top.axhline(1.0, color="black", linewidth=0.8)
+    top.set_ylabel("speedup over cuDNN (x)")
+    top.set_title(f"wino (best verified pipeline) vs cuDNN, {dtype}")
 
 
 def plot(csv_path: Path, output: Path) -> list[Path]:

@@ -1,11 +1,11 @@
 """The results CSV: one row per case x engine x tile, merged by key and written atomically.
 
-Key: (target, case, engine, tile); ``case`` is the MIOpenDriver line plus the dilation (dtype
-and batch included). A later row replaces an earlier one with the same key; other rows are kept
-in their order, so an interrupted sweep resumes (``--skip-measured``) without losing rows.
-Values are strings as the csv module reads them; empty means not measured / not applicable.
-``verified`` is ``yes`` or ``no``; ``error`` is empty when the pipeline was not checked, so a
-failed check is ``verified == no`` with an error.
+Key: (target, case, engine, tile); ``case`` is the canonical MIOpenDriver line (dtype, batch
+and dilation included, each flag once). A later row replaces an earlier one with the same key;
+other rows are kept in their order, so an interrupted sweep resumes (``--skip-measured``)
+without losing rows. Values are strings as the csv module reads them; empty means not measured
+/ not applicable. ``verified`` is ``yes`` (checked, within the bound), ``no`` (checked, out of
+bounds: ``error`` says by how much) or ``unverified`` (not checked: ``wino bench --no-verify``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+
+from ..files import chmod_as_open
+from ..problem import canonical_line
 
 KEY = ("target", "case", "engine", "tile")
 SHAPE = ("N", "C", "H", "W", "K", "pad_h", "pad_w", "dil_h", "dil_w", "groups")
@@ -52,7 +55,33 @@ COLUMNS = (
     "speedup",
     "winner",
 )
+#: Columns that differ between two runs of the same sweep: the timings and the rates and ratios
+#: derived from them, and the error (fresh random operands per run). The other columns are the
+#: sweep's content: what ran (case, tile, binaries, batch split) and whether it verified.
+MEASURED = (
+    *(f"{s}_us" for s in STAGE_COLUMNS),
+    "total_us",
+    "tflops",
+    "k1_gbs",
+    "k2a_gbs",
+    "k2_gbs",
+    "k4_gbs",
+    "copy_gbs",
+    "gemm_tflops",
+    "bound_us",
+    "bound_ratio",
+    "error",
+    "speedup",
+    "winner",
+)
 Row = dict[str, str]
+UNVERIFIED = "unverified"  # ``verified`` of a row that was not checked (--no-verify)
+
+
+def content(rows: Iterable[Row]) -> list[Row]:
+    """The rows without their MEASURED columns, in order: what two runs of a sweep (serial, or
+    sharded through Dask) must agree on."""
+    return [{c: row.get(c, "") for c in COLUMNS if c not in MEASURED} for row in rows]
 
 
 def key(row: Row) -> tuple[str, ...]:
@@ -90,7 +119,10 @@ def read(path: Path) -> list[Row]:
         missing = [k for k in KEY if k not in (reader.fieldnames or ())]
         if missing:
             raise ValueError(f"{path}: not a wino results CSV (no {', '.join(missing)} column)")
-        return [{c: row.get(c) or "" for c in COLUMNS} for row in reader]
+        rows = [{c: row.get(c) or "" for c in COLUMNS} for row in reader]
+    for row in rows:  # CSVs written before the case strings were canonical spelled -l/-j twice
+        row["case"] = canonical_line(row["case"])
+    return rows
 
 
 def merge(old: Iterable[Row], new: Iterable[Row]) -> list[Row]:
@@ -106,6 +138,7 @@ def write(path: Path, rows: Iterable[Row]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
     try:
+        chmod_as_open(fd)  # mkstemp's 0600 would outlive the rename
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as handle:
             writer = csv.DictWriter(handle, fieldnames=COLUMNS, extrasaction="ignore")
             writer.writeheader()

@@ -2,8 +2,8 @@
 the assembled pipeline, time the chain; compare with cuDNN; write the rows; print the Best line.
 
 Per tile, each transformed-dtype family gets its pick; the picks are tried fastest first
-(sum of their stage times) and the first that verifies is the tile's pipeline (without
-``--verify``, the fastest). A case no pipeline fits is reported, not failed.
+(sum of their stage times) and the first that verifies is the tile's pipeline (with
+``--no-verify``, the fastest, labelled unverified). A case no pipeline fits is reported, not failed.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class Options:
     compare: str | None = None  # an engine of compare.ENGINES: "cudnn", "onnxruntime"
     candidate_limit: int | None = None  # candidates per stage; None: the device's default
     cache_root: Path | None = None
+    recheck: bool = False  # time each tile's pipeline twice (wino tune's noise check)
 
 
 @dataclass
@@ -46,10 +47,18 @@ class TileRun:
     total_us: float
     error: float | None = None
     tolerance: float | None = None
+    check_us: float | None = None  # a second, independent timing (Options.recheck)
 
     @property
     def verified(self) -> bool:
         return self.error is not None and accuracy.passes(self.error, self.tolerance)
+
+    @property
+    def disagreement(self) -> float | None:
+        """How far the two timings are apart, relative to the faster (None: timed once)."""
+        if self.check_us is None:
+            return None
+        return abs(self.total_us - self.check_us) / max(min(self.total_us, self.check_us), 1e-9)
 
 
 @dataclass
@@ -131,9 +140,10 @@ def bench_tile(
     if ref is not None:
         chosen, error = first_verified(picks, bound, device, operands, ref, say)
     stage_us, total = time_pick(chosen, device, operands, options.timing)
+    check = time_pick(chosen, device, operands, options.timing)[1] if options.recheck else None
     for pick in picks:  # the plans stay; the workspaces go
         pick.prober.release()
-    return TileRun(chosen, stage_us, total, error, bound)
+    return TileRun(chosen, stage_us, total, error, bound, check)
 
 
 def first_verified(
@@ -191,7 +201,7 @@ def plan_text(pick: Pick) -> str:
 
 
 def tile_line(problem: Problem, run: TileRun) -> str:
-    check = ""
+    check = "  unverified"
     if run.error is not None:
         check = f"  err {run.error:.2g} {'ok' if run.verified else 'FAIL'}"
     return (
@@ -201,7 +211,7 @@ def tile_line(problem: Problem, run: TileRun) -> str:
 
 
 def direct_line(problem: Problem, engine: str, direct: DirectResult) -> str:
-    check = "" if direct.error is None else f"  err {direct.error:.2g}"
+    check = "  unverified" if direct.error is None else f"  err {direct.error:.2g}"
     return (
         f"  {engine} {direct.time_us:12.1f} us {tflops(problem, direct.time_us):9.3f} TFLOPS{check}"
     )
@@ -247,9 +257,16 @@ def tile_row(problem: Problem, run: TileRun, device: Device, timing: str) -> res
         bound_ratio=results.fmt(bound / run.total_us),
         error=results.fmt(run.error, 3),
         tolerance=results.fmt(run.tolerance, 3),
-        verified="yes" if run.verified else "no",
+        verified=verified_cell(run.error, run.verified),
     )
     return row
+
+
+def verified_cell(error: float | None, ok: bool) -> str:
+    """The CSV's ``verified``: yes, no (out of bounds) or unverified (not checked)."""
+    if error is None:
+        return results.UNVERIFIED
+    return "yes" if ok else "no"
 
 
 def direct_row(problem: Problem, engine: str, direct: DirectResult, device: Device) -> results.Row:
@@ -263,7 +280,7 @@ def direct_row(problem: Problem, engine: str, direct: DirectResult, device: Devi
         tflops=results.fmt(tflops(problem, direct.time_us), 6),
         error=results.fmt(direct.error, 3),
         tolerance=results.fmt(bound, 3),
-        verified="yes" if ok else "no",
+        verified=verified_cell(direct.error, ok),
     )
     return row
 

@@ -18,6 +18,11 @@ def _cell(value: float | None, digits: int = 1) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
+def _rate(value: float | None) -> str:
+    """TFLOPS to 3 significant digits (a CPU's 0.004 must not print as 0.0)."""
+    return "" if value is None else f"{value:.3g}"
+
+
 def case_line(case_rows: list[results.Row]) -> str:
     first = case_rows[0]
     wino = [r for r in case_rows if r["engine"] == "wino"]
@@ -31,9 +36,9 @@ def case_line(case_rows: list[results.Row]) -> str:
     speedup = cudnn_us / wino_us if cudnn_us and wino_us else None
     return (
         f"| {label} | {first['dtype']} | {best['tile']} | {_cell(wino_us)} "
-        f"| {_cell(results.num(best, 'tflops'))} | {_cell(results.num(best, 'bound_us'))} "
+        f"| {_rate(results.num(best, 'tflops'))} | {_cell(results.num(best, 'bound_us'))} "
         f"| {_cell(results.num(best, 'bound_ratio'), 2)} | {len(ok)}/{len(wino)} "
-        f"| {_cell(cudnn_us)} | {_cell(cudnn and results.num(cudnn, 'tflops'))} "
+        f"| {_cell(cudnn_us)} | {_rate(cudnn and results.num(cudnn, 'tflops'))} "
         f"| {_cell(speedup, 2)} |"
     )
 

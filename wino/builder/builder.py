@@ -59,8 +59,16 @@ def build(
         for (_, job), future in zip(todo, futures, strict=True):
             result.compiled += [(flavor, job.name) for flavor in future.result()["compiled"]]
     if publish:
-        for p in result.plans:
-            for index, tc in enumerate(p.toolchains):
-                kernels = [(job.spec, job.binaries[index]) for job in p.jobs]
-                result.manifests[tc.flavor] = write_target_manifest(tc, kernels, root)
+        result.manifests = publish_manifests(result.plans, root)
     return result
+
+
+def publish_manifests(plans: Iterable[TargetPlan], root: str | None = None) -> dict[str, Path]:
+    """Publish each flavor's manifest of the planned kernels (all must be built): flavor -> path.
+    The last step of this build and of wino.scale.build (doit's manifest task does the same)."""
+    manifests = {}
+    for p in plans:
+        for index, tc in enumerate(p.toolchains):
+            kernels = [(job.spec, job.binaries[index]) for job in p.jobs]
+            manifests[tc.flavor] = write_target_manifest(tc, kernels, root)
+    return manifests

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from ..launch import FORMAT
 from ..specs import StageSpec, spec_from_fields
 from .header import HEADER, header_text
 from .paths import source_path, write_if_changed
-from .toolchains import Toolchain, compile_source
+from .toolchains import Compiled, Toolchain, compile_source
 
 
 def sha256_text(text: str) -> str:
@@ -73,7 +74,27 @@ class KernelBinary:
         return self.directory / f"{self.stem}.json"
 
     def done(self) -> bool:
-        return self.report.is_file() and self.binary.is_file()
+        """Built and intact: the report is there and the binary's content matches it (a
+        corrupted or truncated binary is rebuilt, whatever doit's database says)."""
+        try:
+            report = json.loads(self.report.read_text(encoding="utf-8"))
+            return cache.sha256_file(self.binary) == report["sha256"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+
+    def recorded_sha256(self) -> str | None:
+        """The binary's sha256 as its report records it (None: no readable report)."""
+        try:
+            return json.loads(self.report.read_text(encoding="utf-8"))["sha256"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def remove(self) -> list[Path]:
+        """Delete the binary, its report and the artefacts beside it (bin/<name>-<hash16>.*)."""
+        removed = sorted(self.directory.glob(f"{self.stem}.*"))
+        for path in removed:
+            path.unlink(missing_ok=True)
+        return removed
 
 
 def _publish(scratch_file: Path, final: Path) -> str:
@@ -87,25 +108,31 @@ def compile_kernel(kb: KernelBinary, src: Path) -> dict[str, Any]:
     """Compile ``src`` into kb's content-addressed place; the report dict (also written beside)."""
     bin_dir = kb.binary.parent
     bin_dir.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{kb.name}-", dir=bin_dir))
+    scratch = Path(tempfile.mkdtemp(prefix=f".{kb.name}-{os.getpid()}-", dir=bin_dir))
     try:
-        out = compile_source(kb.toolchain, src, kb.name, scratch)
-        report: dict[str, Any] = {
-            "name": kb.name,
-            "binary": kb.binary.relative_to(kb.directory).as_posix(),
-            "source_sha256": kb.source_sha256,
-            "registers": out.report["registers"],
-            "spills": out.report["spills"],
-            "extra": dict(out.report["extra"]),
-            "log": out.log,
-        }
-        for kind, path in sorted(out.artefacts.items()):
-            final = kb.directory / f"{kb.stem}.{kind}"
-            report["extra"][f"{kind}_sha256"] = _publish(path, final)
-            report["extra"][kind] = final.relative_to(kb.directory).as_posix()
-        report["sha256"] = _publish(out.binary, kb.binary)
+        return publish_compiled(kb, compile_source(kb.toolchain, src, kb.name, scratch))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def publish_compiled(kb: KernelBinary, out: Compiled) -> dict[str, Any]:
+    """Move a compile's outputs (files on the same filesystem as bin/: a local compile's scratch
+    folder, or what a remote worker sent, wino.scale.build) to kb's addresses; the report is
+    written last (present = complete). Returns the report dict."""
+    report: dict[str, Any] = {
+        "name": kb.name,
+        "binary": kb.binary.relative_to(kb.directory).as_posix(),
+        "source_sha256": kb.source_sha256,
+        "registers": out.report["registers"],
+        "spills": out.report["spills"],
+        "extra": dict(out.report["extra"]),
+        "log": out.log,
+    }
+    for kind, path in sorted(out.artefacts.items()):
+        final = kb.directory / f"{kb.stem}.{kind}"
+        report["extra"][f"{kind}_sha256"] = _publish(path, final)
+        report["extra"][kind] = final.relative_to(kb.directory).as_posix()
+    report["sha256"] = _publish(out.binary, kb.binary)
     cache.atomic_write(kb.report, json.dumps(report, indent=1, sort_keys=True) + "\n")
     return report
 
@@ -170,3 +197,42 @@ def write_target_manifest(
     config.validate(manifest, "manifest", str(directory / cache.MANIFEST))
     cache.atomic_write(directory / HEADER, header_text(manifest))  # before the publication
     return cache.write_manifest(directory, manifest)
+
+
+#: Scratch a build process leaves while it runs: compiler folders ``.<name>-<pid>-<rand>`` in
+#: bin/, ``.<file>.<pid>.tmp`` files (reports, sources) and ``.<file>-<pid>-<rand>.tmp``
+#: (wino.cache.atomic_write: manifests, headers).
+_SCRATCH = re.compile(
+    r"\.(?:.+-(?P<dir>\d+)-[^.]+|.+\.(?P<tmp>\d+)\.tmp|.+-(?P<atomic>\d+)-[^.]+\.tmp)"
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def sweep_scratch(root: str | Path | None = None) -> list[Path]:
+    """Remove the scratch a killed build left (its process is gone) under the build folder's
+    cache and sources; a live build's scratch is left alone. Returns what was removed."""
+    from .paths import build_dir
+
+    folder = build_dir(root)
+    removed = []
+    for parent in [
+        *folder.glob("cache/v*/*/*/bin"),
+        *folder.glob("cache/v*/*/*"),
+        *folder.glob("src/*"),
+    ]:
+        for path in parent.glob(".*"):
+            match = _SCRATCH.fullmatch(path.name)
+            pid = match and next(int(g) for g in match.groups() if g)
+            if pid and pid != os.getpid() and not _alive(pid):
+                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed

@@ -11,7 +11,7 @@ from .toolchains import KITS
 
 
 def build_dir(root: Path | str | None = None) -> Path:
-    """The build folder: the ``root`` given, else $WINO_BUILD, else <project>/build."""
+    """The build folder: wino.cache.build_folder."""
     return build_folder(root)
 
 

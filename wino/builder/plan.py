@@ -21,7 +21,7 @@ from ..codegen.render import render, template_files
 from ..grid import aot_stage_specs
 from ..specs import StageSpec
 from ..vocab import Target
-from .cache_writer import KernelBinary, sha256_text
+from .cache_writer import KernelBinary, sha256_text, sweep_scratch
 from .paths import build_dir
 from .toolchains import Resolved, Toolchain, resolve
 
@@ -115,6 +115,7 @@ def plan(
     """The build of ``specs`` (default: the accepted grid) for ``targets`` (default: all).
     Skip messages (missing compiler, unknown arch) go to stderr unless ``quiet``."""
     specs = tuple(aot_stage_specs() if specs is None else specs)
+    sweep_scratch(root)  # what a killed build left
     hashes = RenderHashes(root)
     plans = []
     for target in targets or tuple(Target):

@@ -12,6 +12,7 @@ Task names (`doit list --all` shows them):
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,12 +23,15 @@ from doit.tools import config_changed
 from ..cache import MANIFEST, flavor_dir
 from ..specs import spec_from_fields
 from .cache_writer import KernelBinary, build_kernel, write_target_manifest
+from .errors import one_line
 from .plan import TargetPlan
+from .reporter import NOTICE
 from .toolchains import CompileError, Toolchain
 
 # Actions -----------------------------------------------------------------------------------------
 
 
+@one_line
 def kernel_action(
     toolchains: tuple[Toolchain, ...], stage: str, fields: dict[str, Any], root: str | None
 ) -> dict | TaskFailed:
@@ -38,6 +42,7 @@ def kernel_action(
         return TaskFailed(f"compile failed:\n{err}")
 
 
+@one_line
 def manifest_action(
     toolchains: tuple[Toolchain, ...],
     kernels: list[tuple[str, dict[str, Any], str]],
@@ -55,6 +60,31 @@ def manifest_action(
     except FileNotFoundError as err:
         return TaskFailed(str(err))
     return written
+
+
+def binaries_intact(binaries: tuple[KernelBinary, ...]) -> bool:
+    """doit uptodate check of a kernel task: every binary matches its report's sha256."""
+    return all(kb.done() for kb in binaries)
+
+
+def manifests_current(manifests: tuple[tuple[str, tuple[KernelBinary, ...]], ...]) -> bool:
+    """doit uptodate check of a manifest task: each manifest reads and records its binaries'
+    current sha256 (a rebuilt binary republishes the manifest)."""
+    for path, binaries in manifests:
+        try:
+            kernels = json.loads(Path(path).read_text(encoding="utf-8"))["kernels"]
+            if any(kernels[kb.name]["sha256"] != kb.recorded_sha256() for kb in binaries):
+                return False
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+    return True
+
+
+def clean_binaries(binaries: tuple[KernelBinary, ...]) -> None:
+    """doit clean of a kernel task: its binaries, reports and artefacts."""
+    for kb in binaries:
+        for path in kb.remove():
+            print(f"removed {path}")
 
 
 # Task dicts --------------------------------------------------------------------------------------
@@ -90,7 +120,12 @@ def kernel_tasks(plan: TargetPlan, root: str | None = None) -> Iterator[dict]:
             "targets": targets,
             # the binary addresses hash the rendered source, compiler identity, flags and arch:
             # a grid edit reruns exactly the specs whose source changed (no file_dep on YAML)
-            "uptodate": [config_changed(_digests(job.binaries))],
+            # and the content is checked: a corrupted or missing binary is rebuilt
+            "uptodate": [
+                config_changed(_digests(job.binaries)),
+                (binaries_intact, (tuple(job.binaries),)),
+            ],
+            "clean": [(clean_binaries, (tuple(job.binaries),))],
             "verbosity": 1,
         }
 
@@ -111,25 +146,45 @@ def manifest_task(plan: TargetPlan, root: str | None = None) -> dict:
         "actions": [(manifest_action, (plan.toolchains, kernels, root))],
         "task_dep": [f"compile_{plan.target.value}"],
         "targets": manifests,
-        "uptodate": [config_changed(_digests(kb for job in plan.jobs for kb in job.binaries))],
+        "uptodate": [
+            config_changed(_digests(kb for job in plan.jobs for kb in job.binaries)),
+            (manifests_current, (_published(plan, manifests),)),
+        ],
+        "clean": True,
     }
 
 
+def _published(plan: TargetPlan, manifests: list[str]) -> tuple:
+    """(manifest path, the binaries it lists) per flavor, for manifests_current."""
+    return tuple(
+        (path, tuple(kb for job in plan.jobs for kb in job.binaries if kb.toolchain == tc))
+        for path, tc in zip(manifests, plan.toolchains, strict=True)
+    )
+
+
 def compile_task(plan: TargetPlan) -> dict:
-    """compile:<target>: the target's kernels and manifest; nothing when skipped."""
+    """compile:<target>: the target's kernels and manifest; when the target (or one of its
+    archs) is skipped, it says why on stderr: only when the target is asked for."""
     target = plan.target.value
+    notice = {"actions": [(notice_action, (plan.messages,))], "meta": NOTICE}
     if not plan.toolchains:
         why = "; ".join(plan.messages) or "no toolchain"
-        return {"name": target, "actions": None, "doc": f"skipped: {why}"}
+        return {"name": target, **notice, "doc": f"skipped: {why}"}
     return {
         "name": target,
-        "actions": None,
+        **(notice if plan.messages else {"actions": None}),
         "task_dep": [f"manifest:{target}"],
         "doc": f"build the {target} cache ({len(plan.jobs)} kernels, then the manifest)",
     }
 
 
+def notice_action(messages: tuple[str, ...]) -> None:
+    for message in messages:
+        print(message, file=sys.stderr)
+
+
 # Checks ------------------------------------------------------------------------------------------
+@one_line
 def validate_action(paths: list[str]) -> None:
     """Validate each grids/<kind>.yaml against schema/<kind>.schema.json, then expand the grid
     (which runs the refusal rules); raises ConfigError naming the bad field."""

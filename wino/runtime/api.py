@@ -40,17 +40,31 @@ def _shape(array, name: str, layout: str) -> tuple[int, int, int, int]:
     return tuple(int(e) for e in shape)
 
 
+def _layout_hint(x_shape, w_shape, groups: int) -> str:
+    """A hint when x and w look like NCHW / KCRS (PyTorch's shapes) instead of NHWC / KRSC."""
+    kcrs = tuple(w_shape[2:]) == (3, 3)
+    nchw = int(x_shape[1]) == int(w_shape[1]) * groups
+    if not (kcrs or nchw):
+        return ""
+    return (
+        f" (x {tuple(x_shape)} and w {tuple(w_shape)} look like NCHW / KCRS; wino takes NHWC x "
+        "and KRSC w: pass x.transpose(0, 2, 3, 1) and w.transpose(0, 2, 3, 1), or "
+        ".permute(0, 2, 3, 1) for torch tensors, which is a free view of channels_last memory)"
+    )
+
+
 def problem_of(x, w, padding=1, dilation=1, groups: int = 1, stride=1) -> Problem:
     """The Problem of NHWC input x and KRSC filter w. Raises ValueError naming the argument
     that is wrong (shape, dtype, padding, dilation, stride, groups)."""
     n, h, wd, c = _shape(x, "x", "NHWC")
     k, r, s, cg = _shape(w, "w", "KRSC")
-    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
         raise ValueError(f"conv2d: groups must be a positive int, got {groups!r}")
+    groups = int(groups)
     if cg * groups != c:
         raise ValueError(
             f"conv2d: w has C/G = {cg} channels but x has C = {c} with groups = "
-            f"{groups}; expected w.shape[3] == C / groups"
+            f"{groups}; expected w.shape[3] == C / groups" + _layout_hint(x.shape, w.shape, groups)
         )
     dx, dw_ = _dtype(x, "x"), _dtype(w, "w")
     if dx is not dw_:

@@ -27,8 +27,8 @@ from ..pick import default_stage_specs
 from ..problem import Problem
 from ..refusals import Refused, check_problem
 from ..specs import RtInputSpec, StageSpec
-from ..vocab import DType, Prescale, Stage, Target, Tile
-from . import registry, tuning
+from ..vocab import DType, Prescale, Stage, Target, Tile, coerce
+from . import aliasing, registry, tuning
 
 ALGORITHMS = ("winograd_aot",)
 
@@ -111,6 +111,7 @@ class Plan:
         lines = [
             f"plan {self.kind} for {self.problem.label()} on {self.target.value} "
             f"({self.manifest.flavor}), tile {self.tile.name}, specs from {self.source}",
+            f"  cache {self.manifest.origin()}",
             f"  batch split {self.batch_split}: chunks {self.chunks}",
             f"  workspace {self.workspace_bytes} bytes: "
             + ", ".join(
@@ -123,11 +124,11 @@ class Plan:
                 if isinstance(step, GemmStep):
                     lines.append(f"    {step.stage.short:4} {step.name}")
                 else:
-                    args = " ".join(f"{k}={v}" for k, v in step.launch.kernargs.items())
                     lines.append(
                         f"    {step.stage.short:4} {step.name} grid={step.launch.grid}"
-                        f" block={step.launch.block} {args}"
+                        f" block={step.launch.block}"
                     )
+                    lines += [f"         {text}" for text in kernargs_text(step.launch.kernargs)]
         return "\n".join(lines)
 
     # Running ---------------------------------------------------------------------------------
@@ -149,6 +150,7 @@ class Plan:
         (PyTorch's for torch tensors, CuPy's for CuPy arrays). With ``y`` and ``workspace``
         given, a run allocates nothing, synchronizes nothing and reads nothing back, so CUDA
         graph capture (``torch.cuda.graph``, CuPy stream capture) records it."""
+        aliasing.check_output(y, x=x, w=w, U=U, workspace=workspace)
         return self.backend().run(self, x, w, y, workspace, U, stream)
 
     def graph(self, x, w=None, y=None, workspace=None, U=None):
@@ -159,6 +161,18 @@ class Plan:
         from .graphs import capture
 
         return capture(self, x, w, y, workspace, U)
+
+
+def kernargs_text(kernargs: dict[str, int]) -> list[str]:
+    """The kernel arguments for people: the extents by name, then each magic pair (the
+    ``m_X``, ``s_X`` fields, wino.launch.KERNARG_MAGICS) as the division by X it stands for."""
+    extents = {k: v for k, v in kernargs.items() if not k.startswith(("m_", "s_"))}
+    divisors = [k[2:] for k in kernargs if k.startswith("m_")]
+    lines = ["args " + " ".join(f"{k}={v}" for k, v in extents.items())]
+    if divisors:
+        pairs = (f"/{d} ({kernargs[f'm_{d}']:#x}, >>{kernargs[f's_{d}']})" for d in divisors)
+        lines.append("magic pairs " + ", ".join(pairs))
+    return lines
 
 
 def plan_layout(problem: Problem, tile: Tile, specs: dict[Stage, StageSpec], chunk: int):
@@ -241,7 +255,7 @@ def _ordered(specs: dict[Stage, StageSpec]) -> dict[Stage, StageSpec]:
 
 def _pick_target(target: Target | str | None) -> Target:
     if target is not None:
-        return Target(target) if isinstance(target, str) else target
+        return coerce(Target, target, "target")
     return Target.CUDA if registry.cuda_available() else Target.C
 
 
@@ -283,12 +297,12 @@ def dispatch(
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm {algorithm!r}: expected one of {ALGORITHMS}")
     target = _pick_target(target)
-    tile = Tile.parse(tile) if isinstance(tile, str) else tile
+    tile = coerce(Tile, tile, "tile") if tile is not None else None
     frozen = None if specs is None else tuple(sorted(specs.items(), key=lambda kv: kv[0].value))
     key = (problem, target, tile, batch_split, workspace_limit, cache_root, frozen)
-    base, db = _locations(target, cache_root, os.environ.get("WINO_BUILD"))
-    try:
-        state = (cache.manifest_state_in(base), (db, cache._file_key(db)))
+    _, db = _locations(target, cache_root, os.environ.get("WINO_BUILD"))
+    try:  # the manifest along the search path (./build, the checkout, an installed wheel)
+        state = (cache.manifest_location(target, cache_root), (db, cache._file_key(db)))
     except FileNotFoundError:  # no cache: a refusal still says what is wrong with the problem
         _assemble(problem, target, tile, batch_split, workspace_limit, cache_root, specs, None)
         raise
@@ -312,7 +326,7 @@ def _assemble(
     workspace_limit: int | None,
     cache_root: Path | None,
     specs: dict[Stage, StageSpec] | None,
-    manifest_at: tuple[Path, tuple[int, int, int]] | None,
+    manifest_at: tuple[Path, tuple[int, int, int], cache.CacheSource] | None,
 ) -> Plan:
     if specs is not None:
         tile = _specs_tile(specs, tile)

@@ -41,12 +41,20 @@ def backend_for(target: Target, manifest: cache.Manifest):
     return backend
 
 
+CUDA_ERROR_NO_DEVICE = 100  # cudaErrorNoDevice: a driver and no GPU
+
+
 @functools.lru_cache(maxsize=1)
 def cuda_available() -> bool:
-    """CuPy importable and at least one CUDA device present."""
+    """CuPy importable and at least one CUDA device present. No CuPy or no device is False; a
+    broken stack (a driver mismatch, a failing device) raises instead of hiding as "no GPU"."""
     try:
         import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 - any import or driver failure means no CUDA here
+    except ImportError:
         return False
+    try:
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except cupy.cuda.runtime.CUDARuntimeError as err:
+        if getattr(err, "status", None) == CUDA_ERROR_NO_DEVICE:
+            return False
+        raise

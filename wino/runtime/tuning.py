@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from .. import cache, config
-from ..problem import Problem
+from ..problem import Problem, canonical_line
 from ..specs import StageSpec, spec_from_fields
 from ..vocab import Stage, Target, Tile
 
@@ -20,8 +20,9 @@ def db_path(target: Target, root: Path | None = None) -> Path:
 
 
 def problem_key(problem: Problem) -> str:
-    """The DB key: every field that changes the choice (batch included)."""
-    return problem.to_miopen() + f" -l {problem.dil_h} -j {problem.dil_w}"
+    """The DB key: the canonical MIOpenDriver line (every field that changes the choice,
+    dtype, batch and dilation included, each flag once)."""
+    return problem.to_miopen()
 
 
 #: Parsed DBs by path: (file key when parsed, data). Read again only when the file changes.
@@ -46,8 +47,9 @@ def _loaded(target: Target, root: Path | None = None) -> dict:
     hit = _LOADED.get(path)
     if hit is not None and hit[0] == key:
         return hit[1]
-    data = json.loads(path.read_text(encoding="utf-8"))
-    config.validate(data, "tuning", str(path))
+    data = config.validate(json.loads(path.read_text(encoding="utf-8")), "tuning", str(path))
+    # DBs written before the keys were canonical spelled -l/-j twice: read them canonically
+    data["entries"] = {canonical_line(k): v for k, v in data["entries"].items()}
     _LOADED[path] = (key, data)
     return data
 
