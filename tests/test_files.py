@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from tests.test_cache import _publish
+from tests.test_cache_search import _publish
 from wino import files
 from wino.bench import results
 from wino.vocab import Target
