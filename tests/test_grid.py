@@ -8,12 +8,13 @@ from dataclasses import replace
 import pytest
 
 from wino import config, grid
+from wino.fused import FusedBudget
 from wino.launch import largest_split, stage_launch
 from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused, check_problem, lds_bytes, rule_book, rules, spec_namespace
-from wino.specs import RtInputSpec
-from wino.vocab import TILES, VECS, DType, K2Path, Prescale, Stage
+from wino.specs import RtFusedSpec, RtInputSpec
+from wino.vocab import TILES, VECS, DType, K2Path, Prescale, Stage, Tile
 
 STAGES = grid.GRID_STAGES
 DTYPES = (DType.FP16, DType.BF16, DType.FP32)
@@ -27,7 +28,11 @@ def test_grid_size_and_coverage():
     for stage in STAGES:
         specs = grid.aot_stage_specs(stage)
         assert specs and all(s.stage is stage for s in specs)
-        assert {s.tile for s in specs} == set(TILES), f"{stage.short}: a tile is missing"
+        tiles = {s.tile for s in specs}
+        if stage is Stage.FUSED:  # F2x2, F4x4 and one large tile (docs/FUSED.md)
+            assert tiles >= {Tile(2, 2), Tile(4, 4)} and tiles & {Tile(6, 4), Tile(4, 6)}
+        else:
+            assert tiles == set(TILES), f"{stage.short}: a tile is missing"
         assert {s.io for s in specs} >= {DType.FP16, DType.BF16}
     for stage in (Stage.FILTER, Stage.INPUT, Stage.OUTPUT):
         assert {s.io for s in grid.aot_stage_specs(stage)} == set(DTYPES)
@@ -56,7 +61,11 @@ def test_accepted_specs_keep_the_hard_limits():
     params = rule_book()[0]
     for spec in grid.aot_stage_specs():
         assert 32 <= spec.block <= 1024 and spec.block % 32 == 0, spec.name
-        assert spec.vec in VECS
+        assert getattr(spec, "vec", 1) in VECS  # the fused kernel has no channel vector
+        if isinstance(spec, RtFusedSpec):  # the MMA shape and the sm_90 block budget
+            budget = FusedBudget.of(spec)
+            assert spec.tiles % 16 == 0 and spec.kblock % 8 == 0 and spec.cchunk % 16 == 0
+            assert budget.acc_per_thread <= 128 and budget.smem_bytes <= 227 * 1024, spec.name
         if isinstance(spec, RtInputSpec) and spec.path is K2Path.LDS:
             lanes = spec.lds_lanes
             assert lanes > 0 and lanes & (lanes - 1) == 0, spec.name

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 
+from wino.grid import aot_stage_specs
 from wino.kinds import BY_KIND, KINDS, Kind, kind_of
 from wino.launch import (
     TileGrid,
@@ -131,6 +132,23 @@ def _k4(spec, ka, bx, by, tid, block):
             yield from ((n, oh, ow, kk) for kk in range(k, k + spec.vec))
 
 
+def _kf(spec, ka, bx, by, tid, block):
+    """y through the fused kernel's output phase: per 8-channel slice nt, element
+    e = tid, tid + block, ... of tiles x 8 is (tile p0 + e // 8, channel k0 + 8 nt + e % 8)."""
+    g, kb = _divmod(by, ka, "KB")
+    for nt in range(spec.kblock // 8):
+        for e in range(tid, spec.tiles * 8, block):
+            p, kl = bx * spec.tiles + e // 8, kb * spec.kblock + nt * 8 + e % 8
+            if p >= ka["P"] or kl >= ka["Kg"]:
+                continue
+            n, ph, i, pw, j = _decode_tile(p, ka)
+            for r, s in itertools.product(range(spec.tile.mh), range(spec.tile.mw)):
+                oh = ph + ka["dil_h"] * (i * spec.tile.mh + r)
+                ow = pw + ka["dil_w"] * (j * spec.tile.mw + s)
+                if oh < ka["Ho"] and ow < ka["Wo"]:
+                    yield (n, oh, ow, g * ka["Kg"] + kl)
+
+
 EMULATIONS = {
     "k1": _k1,
     "k2a": _k2a,
@@ -138,6 +156,7 @@ EMULATIONS = {
     "k2_fused": _k2_fused,
     "k2_lds": _k2_lds,
     "k4": _k4,
+    "kf": _kf,
 }
 
 
@@ -148,7 +167,7 @@ def _expected(kind: str, problem: Problem, tg: TileGrid):
         return itertools.product(range(p.K), range(p.Cg))
     if kind == "k2a":
         return ((q,) for q in range(tg.P))
-    if kind == "k4":
+    if kind in ("k4", "kf"):
         return itertools.product(range(p.N), range(p.Ho), range(p.Wo), range(p.K))
     return itertools.product(range(p.groups), range(tg.P), range(p.Cg))
 
@@ -235,6 +254,14 @@ def _specs(tile: Tile, vec: int) -> list:
             )
         )
     return specs
+
+
+@pytest.mark.parametrize("spec", aot_stage_specs(Stage.FUSED), ids=lambda s: s.name)
+def test_fused_output_written_exactly_once(spec):
+    """Every grid KF spec over the small problems, K and C widened past one channel block."""
+    for problem in SMALL[:: 3 if spec.tiles == 16 else 7]:
+        c, k = problem.C * 5, problem.K * 5  # several 8-channel slices and channel blocks
+        _assert_exactly_once(spec, replace(problem, C=c, K=k, dtype=spec.io))
 
 
 def _mapping_cases():

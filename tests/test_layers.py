@@ -18,6 +18,7 @@ CORE = {
     "wino.magic",
     "wino.config",
     "wino.geometry",
+    "wino.fused",
     "wino.specs",
     "wino.kinds",
     "wino.grid",

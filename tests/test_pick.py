@@ -5,12 +5,13 @@ never picked by default."""
 from __future__ import annotations
 
 import copy
+import random
 
 import pytest
 
-from wino import config, pick
+from wino import config, grid, pick
 from wino.problem import Problem
-from wino.vocab import DType, K2Path, Prescale, Stage, Tile
+from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Tile
 
 PROBLEM = Problem(N=1, C=64, H=14, W=14, K=64, pad_h=1, pad_w=1, dtype="fp16")
 
@@ -63,3 +64,59 @@ def test_every_candidate_is_in_the_grid_and_the_order_is_total():
             assert len({s.name for s in ranked}) == len(ranked)
             vecs = [s.vec for s in ranked]
             assert vecs == sorted(vecs, reverse=True)  # vec is the first axis everywhere
+
+
+def _sweep():
+    """Problems x tiles x dtypes: channel extents that decide vec, blocks and the prescale
+    mode (wide C takes the split prescale), groups and dilation."""
+    shapes = [(1, 1, 1), (3, 5, 1), (4, 8, 1), (8, 8, 2), (16, 32, 1), (64, 64, 1), (96, 48, 3)]
+    shapes += [(256, 128, 1), (512, 512, 1), (1024, 256, 1), (2048, 64, 1), (4096, 64, 4)]
+    for c, k, g in shapes:
+        for dtype in (DType.FP16, DType.BF16, DType.FP32):
+            problem = Problem(N=2, C=c, H=9, W=11, K=k, groups=g, dil_h=2, dtype=dtype)
+            for tile in TILES:
+                yield problem, tile
+
+
+def _grid_pick(problem, tile):
+    try:
+        return pick.default_stage_specs(problem, tile)
+    except pick.Refused as refusal:
+        return refusal.rule
+
+
+def test_a_manifest_ranking_picks_what_the_grid_picks():
+    """The runtime's pick (among the kernels a full manifest holds, in any order) equals the
+    grid's pick, the oracle, over the sweep."""
+    held = list(grid.aot_stage_specs())
+    random.Random(7).shuffle(held)
+    ranking = pick.Ranking(held)
+    compared = 0
+    for problem, tile in _sweep():
+        expected = _grid_pick(problem, tile)
+        try:
+            got = pick.default_stage_specs(problem, tile, ranking=ranking)
+        except pick.Refused as refusal:
+            got = refusal.rule
+        assert got == expected, (problem, tile)
+        compared += isinstance(expected, dict)
+    assert compared > 100  # most of the sweep is served, not refused
+
+
+def test_a_manifest_ranking_picks_the_best_it_holds_else_the_grid_names_the_kernel():
+    full = pick.default_stage_specs(PROBLEM, Tile(4, 4))
+    k2 = full[Stage.INPUT]
+    second = next(
+        s
+        for s in pick.candidates(Stage.INPUT, Tile(4, 4), DType.FP16, DType.FP16)
+        if s != k2 and s.prescale is Prescale.FUSED and s.vec <= k2.vec
+    )
+    others = [s for s in full.values() if s is not k2]
+    assert (
+        pick.default_stage_specs(PROBLEM, Tile(4, 4), ranking=pick.Ranking([*others, second]))[
+            Stage.INPUT
+        ]
+        == second
+    )
+    lacking = pick.Ranking(others)  # no k2 at all: the grid's pick, which names the missing k2
+    assert pick.default_stage_specs(PROBLEM, Tile(4, 4), ranking=lacking) == full

@@ -20,7 +20,7 @@ from wino.refusals import (
     spec_namespace,
     spec_refusal,
 )
-from wino.specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec
+from wino.specs import RtFilterSpec, RtFusedSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec
 from wino.vocab import TILES, DType, Tile
 
 LDS = dict(path="lds", lds_lanes=16, lds_width=4, block=64, prescale="split")
@@ -107,6 +107,30 @@ SPEC_BREAKERS = {
         "F4x4 at vec 2: a fused workgroup of 512 threads leaves 36x2 "
         "window values too few registers",
     ),
+    "fused_io_fp32": (
+        RtFusedSpec(io="fp32", mdtype="fp32", prescale="none"),
+        "fp32 io has no fused kernel",
+    ),
+    "fused_mma_dtype": (
+        RtFusedSpec(io="fp16", mdtype="bf16", prescale="none"),
+        "io fp16 with MMA operand dtype bf16",
+    ),
+    "fused_fp16_needs_prescale": (RtFusedSpec(prescale="none"), "use prescale split"),
+    "fused_prescale_needs_fp16": (
+        RtFusedSpec(io="bf16", mdtype="bf16", prescale="split"),
+        "prescale split only serves fp16 MMA operands",
+    ),
+    "fused_tiles_not_mma_m": (RtFusedSpec(tiles=24), "tiles per block 24"),
+    "fused_kblock_not_mma_n": (RtFusedSpec(kblock=12), "channels per block 12"),
+    "fused_cchunk_not_mma_k": (RtFusedSpec(cchunk=8), "channel chunk 8"),
+    "fused_block_too_large": (RtFusedSpec(warps=33), "33 warps make a block of 1056"),
+    "fused_units_not_even": (RtFusedSpec(warps=7), "144 MMA tiles"),
+    "fused_accumulators": (RtFusedSpec(kblock=32), "144 fp32 accumulators per thread"),
+    "fused_shared_memory": (
+        RtFusedSpec(tile="F6x6", tiles=32, kblock=8, cchunk=128, warps=16),
+        "needs 696320 bytes of shared memory",
+    ),
+    "fused_stages_unsupported": (RtFusedSpec(stages=3), "pipeline stages 3"),
 }
 
 #: spec rule id -> the change that repairs its breaking spec (and breaks nothing else)
@@ -130,6 +154,18 @@ SPEC_REPAIRS = {
     "fused_block_not_pow2": dict(prescale="split"),
     "fused_wide_tile": dict(block=512),
     "fused_block_registers": dict(vec=1),
+    "fused_io_fp32": dict(io="fp16", mdtype="fp16", prescale="split"),
+    "fused_mma_dtype": dict(mdtype="fp16", prescale="split"),
+    "fused_fp16_needs_prescale": dict(prescale="split"),
+    "fused_prescale_needs_fp16": dict(prescale="none"),
+    "fused_tiles_not_mma_m": dict(tiles=32),
+    "fused_kblock_not_mma_n": dict(kblock=16),
+    "fused_cchunk_not_mma_k": dict(cchunk=16),
+    "fused_block_too_large": dict(warps=8),
+    "fused_units_not_even": dict(warps=8),
+    "fused_accumulators": dict(kblock=16),
+    "fused_shared_memory": dict(cchunk=16),
+    "fused_stages_unsupported": dict(stages=1),
 }
 
 #: problem rule id -> (a problem that breaks it, a fragment of the message)
@@ -190,6 +226,11 @@ FIT_BREAKERS = {
             **{**_FIT, "N": 1, "H": 3, "W": 3, "pad_h": 0, "pad_w": 0, "C": 64 * 65536 + 64, "K": 1}
         ),
         "the LDS path needs 65537 channel-chunk workgroups along y",
+    ),
+    "fused_grid_y_too_large": (
+        RtFusedSpec(tile="F2x2", tiles=16, kblock=8, cchunk=16, warps=1),
+        Problem(**{**_FIT, "N": 1, "H": 3, "W": 3, "C": 65536, "K": 65536, "groups": 65536}),
+        "the fused kernel needs 65536 (group, channel block) workgroups along y",
     ),
 }
 
@@ -300,6 +341,7 @@ _STAGE_SPECS = {
     "k2a": RtPrescaleSpec(),
     "k2": RtInputSpec(),
     "k4": RtOutputSpec(),
+    "kf": RtFusedSpec(),
 }
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests import runtime_fixtures as rf
-from wino import cache
+from wino import cache, grid, pick
 from wino.runtime import conv2d_reference, dispatch, relative_error, tuning
 from wino.runtime import plan as plan_module
 from wino.runtime.host import HostBackend
@@ -59,6 +59,21 @@ def test_manifest_is_parsed_once_across_many_dispatches(root, parses):
     assert len(parses) == 1
 
 
+def test_the_first_dispatch_does_not_expand_the_grid(root, parses, monkeypatch):
+    """The default pick ranks the manifest's kernels: the grid (YAML, schema and rules over
+    every spec) is expanded only to name a missing kernel."""
+    expansions = []
+    real = grid.aot_stage_specs
+    monkeypatch.setattr(grid, "aot_stage_specs", lambda *a: expansions.append(a) or real(*a))
+    for case in rf.EXTRA[:5]:
+        pick.candidates.cache_clear()
+        plan = dispatch(case.problem, target="c", cache_root=root)
+        assert not expansions and plan.source == "default pick"
+        assert plan.specs == pick.default_stage_specs(case.problem, plan.tile)  # the oracle
+        assert expansions
+        expansions.clear()
+
+
 def test_a_republished_manifest_is_read_again(root, parses):
     case = rf.EXTRA[2]
     first = dispatch(case.problem, target="c", cache_root=root)
@@ -68,6 +83,28 @@ def test_a_republished_manifest_is_read_again(root, parses):
     assert second is not first and second.manifest is not first.manifest
     assert dispatch(case.problem, target="c", cache_root=root) is second
     assert len(parses) == 2
+
+
+def test_a_manifest_replaced_by_another_process_is_noticed_after_revalidate_s(
+    root, parses, monkeypatch
+):
+    """A seen dispatch trusts the files for REVALIDATE_S; a copy renamed into place outside
+    ``cache.atomic_write`` (as another process's build does) is read once that has passed."""
+    import os
+    import time
+
+    monkeypatch.setattr(plan_module, "REVALIDATE_S", 0.2)
+    case = rf.EXTRA[2]
+    first = dispatch(case.problem, target="c", cache_root=root)
+    path, _ = cache.manifest_state(Target.C, root)
+    tmp = path.with_name(".other-process.json")
+    tmp.write_text(path.read_text())
+    os.replace(tmp, path)
+    assert dispatch(case.problem, target="c", cache_root=root) is first
+    assert len(parses) == 1
+    time.sleep(0.25)
+    second = dispatch(case.problem, target="c", cache_root=root)
+    assert second is not first and len(parses) == 2
 
 
 def test_a_seen_problem_returns_the_same_plan(root, parses):
@@ -88,7 +125,9 @@ def test_a_changed_tuning_db_makes_a_new_plan(root, parses):
     after = dispatch(case.problem, target="c", cache_root=root)
     assert after.source == "tuning DB" and after.tile == case.tile
     assert dispatch(case.problem, target="c", cache_root=root) is after
-    tuning.db_path(Target.C, root).unlink()
+    tuning.db_path(Target.C, root).unlink()  # not a publication: noticed after REVALIDATE_S
+    assert dispatch(case.problem, target="c", cache_root=root) is after
+    plan_module.invalidate()
     again = dispatch(case.problem, target="c", cache_root=root)
     assert again.source == "default pick" and again is not after
     assert len(parses) == 1  # the manifest did not change

@@ -11,6 +11,7 @@ from wino.grid import aot_stage_specs, refused_stage_specs
 from wino.specs import (
     SPEC_CLASSES,
     RtFilterSpec,
+    RtFusedSpec,
     RtInputSpec,
     RtOutputSpec,
     RtPrescaleSpec,
@@ -19,17 +20,18 @@ from wino.specs import (
 )
 from wino.vocab import DType, K2Path, Prescale, Stage, Tile
 
-ALL_CLASSES = (RtFilterSpec, RtPrescaleSpec, RtInputSpec, RtOutputSpec)
+ALL_CLASSES = (RtFilterSpec, RtPrescaleSpec, RtInputSpec, RtOutputSpec, RtFusedSpec)
 
 
 @pytest.mark.parametrize("cls", ALL_CLASSES, ids=lambda c: c.__name__)
 def test_frozen_and_hashable(cls):
+    knob, value, other = ("warps", 8, 4) if cls is RtFusedSpec else ("vec", 1, 2)
     spec = cls()
     with pytest.raises(dataclasses.FrozenInstanceError):
-        spec.vec = 4
-    twin = cls(vec=1)
+        setattr(spec, knob, 4)
+    twin = cls(**{knob: value})
     assert spec == twin and hash(spec) == hash(twin)
-    assert len({spec, twin, cls(vec=2)}) == 2
+    assert len({spec, twin, cls(**{knob: other})}) == 2
     assert {spec: "x"}[twin] == "x"
 
 
@@ -118,6 +120,12 @@ _DOMAINS = {
     "lds_lanes": [0, 16],
     "lds_width": [0, 4],
     "prescale": ["none", "fused", "split"],
+    "mdtype": ["fp16", "bf16"],
+    "tiles": [16, 32],
+    "kblock": [8, 16],
+    "cchunk": [16, 32],
+    "warps": [4, 8],
+    "stages": [1, 2],
     "extra": [()],  # YAML-declared axes: none in the repo's grid (tests/test_axes.py adds one)
 }
 

@@ -60,7 +60,7 @@ def test_short_names_are_unique_per_axis():
         shorts = [member.short for member in enum]
         assert len(set(shorts)) == len(shorts)
         assert all(enum(s).short == s for s in shorts)
-    assert [s.short for s in Stage] == ["k1", "k2a", "k2", "k3", "k4"]
+    assert [s.short for s in Stage] == ["k1", "k2a", "k2", "k3", "k4", "kf"]
     assert [t.short for t in Target] == ["c", "cuda", "hip"]
 
 

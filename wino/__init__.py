@@ -45,5 +45,6 @@ def __getattr__(name):
     if name in ("dispatch", "conv2d", "Plan"):
         from . import runtime
 
-        return getattr(runtime, name)
+        value = globals()[name] = getattr(runtime, name)  # looked up here once
+        return value
     raise AttributeError(f"module 'wino' has no attribute {name!r}")

@@ -118,9 +118,15 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+#: Files this process has published with ``atomic_write`` (manifests, tuning DBs): a change
+#: tells the runtime's seen-dispatch cache to look at the files again at once.
+publications = 0
+
+
 def atomic_write(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically: a temp file in the same folder, fsync, rename
     (a reader sees the old file or the new one, never a part)."""
+    global publications
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(
         prefix=f".{path.name}-{os.getpid()}-", suffix=".tmp", dir=path.parent
@@ -132,6 +138,7 @@ def atomic_write(path: Path, text: str) -> Path:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+        publications += 1
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

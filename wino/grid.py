@@ -16,7 +16,7 @@ from .refusals import Refused, spec_refusal
 from .specs import SPEC_CLASSES, StageSpec, spec_from_fields
 from .vocab import Stage
 
-GRID_STAGES = (Stage.FILTER, Stage.PRESCALE, Stage.INPUT, Stage.OUTPUT)
+GRID_STAGES = (Stage.FILTER, Stage.PRESCALE, Stage.INPUT, Stage.OUTPUT, Stage.FUSED)
 _NOT_AXES = {"name", "description", "combos", "axes"}
 
 

@@ -15,8 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .fused import FusedBudget
 from .geometry import TileGrid, ceil_div, lds_bytes
-from .specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec, StageSpec
+from .specs import (
+    RtFilterSpec,
+    RtFusedSpec,
+    RtInputSpec,
+    RtOutputSpec,
+    RtPrescaleSpec,
+    StageSpec,
+)
 from .vocab import DType, K2Path, Prescale
 
 
@@ -29,6 +37,7 @@ class Kind(enum.Enum):
     K2_FUSED = "k2_fused"
     K2_LDS = "k2_lds"
     K4 = "k4"
+    KF = "kf"  # the fused kernel (plan kind fused2d_rt, docs/FUSED.md)
 
 
 class Access(enum.Enum):
@@ -83,6 +92,7 @@ class StageKind:
     fields: tuple[str, ...]  # kernarg fields in ABI order (all 32-bit)
     magics: tuple[str, ...]  # divisors, appended as m_X, s_X pairs
     geometry: Geometry  # (spec, problem, tiles, lanes) -> ((grid, block, shared), derived)
+    dynamic_shared: bool = False  # its shared memory is sized at launch (over 48 KB allowed)
 
     @property
     def kernarg_names(self) -> tuple[str, ...]:
@@ -145,6 +155,13 @@ def _k2_lds(spec, problem, tg, lanes):
     grid_x = problem.N * tg.TH * problem.dil_w * regions
     geometry = ((grid_x, problem.groups * chunks, 1), (spec.block, 1, 1), lds_bytes(spec))
     return geometry, {"RW": regions, "CH": chunks, "grid_y": problem.groups * chunks}
+
+
+def _kf(spec, problem, tg, lanes):
+    kblocks = ceil_div(problem.Kg, spec.kblock)
+    grid_dims = (ceil_div(tg.P, spec.tiles), problem.groups * kblocks, 1)
+    geometry = (grid_dims, (spec.block, 1, 1), FusedBudget.of(spec).smem_bytes)
+    return geometry, {"KB": kblocks, "grid_y": grid_dims[1]}
 
 
 # The table --------------------------------------------------------------------------------------
@@ -221,6 +238,23 @@ KINDS: tuple[StageKind, ...] = (
         + ("has_tile_scale",),
         ("lanes", "Kg", *_TILE_DECODE),
         _per_lane,
+    ),
+    StageKind(
+        Kind.KF,
+        RtFusedSpec,
+        (),
+        "fused2d.j2",
+        (
+            Buffer("x", _OP, _IO, _R),
+            Buffer("U", _WS, "mdtype", _R),
+            Buffer("fs", _WS, _F32, _R),
+            Buffer("ts", _WS, _F32, _R),
+            Buffer("y", _RES, _IO, _W),
+        ),
+        ("P", "C", "K", "Cg", "Kg", "G", "KB", *_WINDOW, "Ho", "Wo", *_TILE_DECODE),
+        ("KB", *_TILE_DECODE),
+        _kf,
+        dynamic_shared=True,
     ),
 )
 BY_KIND: dict[Kind, StageKind] = {k.kind: k for k in KINDS}

@@ -40,6 +40,7 @@ class Launch:
     block: tuple[int, int, int]
     kernargs: dict[str, int]  # in ABI order
     shared_bytes: int = 0
+    dynamic_shared: bool = False  # shared_bytes is dynamic (passed at launch), not static
 
 
 def stage_launch(spec: StageSpec, problem: Problem, *, tile_scale: bool = True) -> Launch:
@@ -53,7 +54,7 @@ def stage_launch(spec: StageSpec, problem: Problem, *, tile_scale: bool = True) 
     base = {name: getattr(problem, name) for name in _PROBLEM_ARGS}
     base.update(asdict(tg), G=problem.groups, has_tile_scale=int(tile_scale))
     channels = {RtFilterSpec: problem.Cg, RtOutputSpec: problem.K}.get(type(spec), problem.C)
-    lanes = channels // spec.vec
+    lanes = channels // getattr(spec, "vec", 1)  # KF has no channel vector
     geometry, derived = kind.geometry(spec, problem, tg, lanes)
     derived.setdefault("grid_y", geometry[0][1])
     derived["lanes"] = lanes
@@ -66,7 +67,7 @@ def stage_launch(spec: StageSpec, problem: Problem, *, tile_scale: bool = True) 
         magic, shift = magic_div(int(args[divisor]))
         kernargs[f"m_{divisor}"], kernargs[f"s_{divisor}"] = magic, shift
     grid_dims, block_dims, shared = geometry
-    return Launch(grid_dims, block_dims, kernargs, shared)
+    return Launch(grid_dims, block_dims, kernargs, shared, kind.dynamic_shared)
 
 
 # Workspace -------------------------------------------------------------------------------------

@@ -81,7 +81,7 @@ _NO_XDTYPE = (Stage.PRESCALE, Stage.OUTPUT)
 def _tile_section() -> list[str]:
     variants = _k2_variants()
     header = ["tile", "io/xdtype", "k1"] + [f"k2 {p.short}/{m.short}" for p, m in variants]
-    header += ["k2a", "k4"]
+    header += ["k2a", "k4", "kf"]
     counts = Counter(_tile_key(spec) for spec in grid.aot_stage_specs())
     rows = []
     for tile in TILES:
@@ -91,12 +91,13 @@ def _tile_section() -> list[str]:
             cells += [
                 counts[(s, tile, io, None, None, None)] for s in (Stage.PRESCALE, Stage.OUTPUT)
             ]
+            cells += [sum(counts[(Stage.FUSED, tile, io, xd, None, m)] for m in Prescale)]
             rows.append([tile.name, f"{io.short}/{xd.short}"] + [str(c or "-") for c in cells])
     legend = (
         "Specs per tile and dtype pair (io = input/output dtype, xdtype = transformed "
         "storage); K2 split by path (`reg` register window, `lds` shared-memory region) "
         "and prescale mode. K2a and K4 have no transformed dtype: their counts are per "
-        "io. `-`: none."
+        "io. KF (the fused kernel, docs/FUSED.md) counts under its MMA operand dtype. `-`: none."
     )
     return ["## Tiles and dtypes", "", legend, ""] + _table(header, rows)
 

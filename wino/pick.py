@@ -5,10 +5,16 @@ An order is a list of axes, most significant first; each axis either lists the v
 allows, best first (values not listed are never picked by default), or says ``descending`` /
 ``ascending``. So a value added to the grid is picked by default where an order admits it, and a
 preference is changed in YAML, not here.
+
+The runtime ranks the specs its manifest holds (``Ranking(manifest specs)``) with the same
+order, so its first dispatch reads grids/stages.yaml's order but never expands the grid: the
+grid's order has no ties, so the manifest's best fit is the grid's whenever the manifest holds
+it (tests/test_pick.py checks that over a sweep of problems, tiles and dtypes).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from functools import lru_cache
 
@@ -28,6 +34,10 @@ def default_xdtype(dtype: DType) -> DType:
     return DType.FP32 if dtype is DType.FP32 else DType.FP16
 
 
+class _NoFit(Exception):
+    """None of a Ranking's specs of a stage fits the problem."""
+
+
 def _rank(order: list[dict], values: dict) -> tuple | None:
     """The sort key of a spec's plain values under ``order``; None when an axis excludes it."""
     key = []
@@ -43,25 +53,52 @@ def _rank(order: list[dict], values: dict) -> tuple | None:
     return tuple(key)
 
 
-@lru_cache(maxsize=256)
-def candidates(stage: Stage, tile: Tile, io: DType, xdtype: DType) -> tuple[StageSpec, ...]:
-    """The grid's specs of one stage, tile and dtype pair that the declared order admits, best
-    first."""
+def _ranked(
+    specs: Iterable[StageSpec], stage: Stage, tile: Tile, io: DType, xdtype: DType
+) -> tuple[StageSpec, ...]:
+    """The specs of one stage, tile and dtype pair that the declared order admits, best first;
+    ties keep the order of ``specs``."""
     order = config.declared("stages")["default_pick"][stage.short]
     ranked = []
-    for spec in grid.aot_stage_specs(stage):
-        if spec.tile != tile or spec.io is not io or getattr(spec, "xdtype", xdtype) is not xdtype:
+    for spec in specs:
+        if spec.stage is not stage or spec.tile != tile or spec.io is not io:
+            continue
+        if getattr(spec, "xdtype", xdtype) is not xdtype:
             continue
         key = _rank(order, spec.fields_dict())
         if key is not None:
             ranked.append((key, spec))
-    ranked.sort(key=lambda pair: pair[0])  # stable: declaration order breaks ties
+    ranked.sort(key=lambda pair: pair[0])  # stable
     return tuple(spec for _, spec in ranked)
 
 
-def _first_fit(stage: Stage, tile: Tile, io: DType, xdtype: DType, problem: Problem) -> StageSpec:
+@lru_cache(maxsize=256)
+def candidates(stage: Stage, tile: Tile, io: DType, xdtype: DType) -> tuple[StageSpec, ...]:
+    """The grid's specs of one stage, tile and dtype pair that the declared order admits, best
+    first (declaration order breaks ties)."""
+    return _ranked(grid.aot_stage_specs(stage), stage, tile, io, xdtype)
+
+
+class Ranking:
+    """The declared order over a given set of specs (a manifest's), per stage, tile and dtype
+    pair, computed on first use; ties are broken by kernel name."""
+
+    def __init__(self, specs: Iterable[StageSpec]):
+        self._specs = tuple(sorted(specs, key=lambda spec: spec.name))
+        self._memo: dict[tuple, tuple[StageSpec, ...]] = {}
+
+    def candidates(self, stage: Stage, tile: Tile, io: DType, xdtype: DType):
+        key = (stage, tile, io, xdtype)
+        if key not in self._memo:
+            self._memo[key] = _ranked(self._specs, stage, tile, io, xdtype)
+        return self._memo[key]
+
+
+def _first_fit(
+    stage: Stage, tile: Tile, io: DType, xdtype: DType, problem: Problem, among
+) -> StageSpec:
     reasons = []
-    for spec in candidates(stage, tile, io, xdtype):
+    for spec in among(stage, tile, io, xdtype):
         try:
             stage_launch(spec, problem)
         except Refused as refusal:
@@ -69,6 +106,8 @@ def _first_fit(stage: Stage, tile: Tile, io: DType, xdtype: DType, problem: Prob
             continue
         return spec
     tried = "; tried " + "; ".join(reasons) if reasons else ""
+    if among is not candidates:
+        raise _NoFit(stage)
     raise Refused(
         "no_spec_in_grid",
         f"no {stage.short} kernel of the grid for {tile.name} {io.short}/{xdtype.short} fits "
@@ -78,18 +117,65 @@ def _first_fit(stage: Stage, tile: Tile, io: DType, xdtype: DType, problem: Prob
 
 
 def default_stage_specs(
-    problem: Problem, tile: Tile, dtype: DType | None = None, xdtype: DType | None = None
+    problem: Problem,
+    tile: Tile,
+    dtype: DType | None = None,
+    xdtype: DType | None = None,
+    ranking: Ranking | None = None,
 ) -> dict[Stage, StageSpec]:
     """The default pick per stage for a problem (its channel extents decide, not the batch);
-    ``dtype`` overrides the problem's. Always inside the grid; raises Refused when nothing
-    fits."""
+    ``dtype`` overrides the problem's. Without ``ranking``: among the grid's specs, always
+    inside the grid, Refused when nothing fits. With ``ranking`` (a manifest's specs): among
+    those, and the grid's pick (which names what is missing) when none of them fits."""
     tile = coerce(Tile, tile, "tile")
     dtype = problem.dtype if dtype is None else coerce(DType, dtype, "dtype")
     xdtype = default_xdtype(dtype) if xdtype is None else coerce(DType, xdtype, "xdtype")
     probe = replace(problem, N=1, dtype=dtype)
-    k2 = _first_fit(Stage.INPUT, tile, dtype, xdtype, probe)
+    if ranking is None:
+        return _pick(tile, dtype, xdtype, probe, candidates)
+    try:
+        return _pick(tile, dtype, xdtype, probe, ranking.candidates)
+    except _NoFit:
+        return _pick(tile, dtype, xdtype, probe, candidates)
+
+
+def _pick(tile: Tile, dtype: DType, xdtype: DType, probe: Problem, among):
+    k2 = _first_fit(Stage.INPUT, tile, dtype, xdtype, probe, among)
     stages = [Stage.FILTER, *([Stage.PRESCALE] if k2.prescale is Prescale.SPLIT else [])]
-    picks = {stage: _first_fit(stage, tile, dtype, xdtype, probe) for stage in stages}
+    picks = {stage: _first_fit(stage, tile, dtype, xdtype, probe, among) for stage in stages}
     picks[Stage.INPUT] = k2
-    picks[Stage.OUTPUT] = _first_fit(Stage.OUTPUT, tile, dtype, xdtype, probe)
+    picks[Stage.OUTPUT] = _first_fit(Stage.OUTPUT, tile, dtype, xdtype, probe, among)
     return dict(sorted(picks.items(), key=lambda item: grid.GRID_STAGES.index(item[0])))
+
+
+def default_fused_specs(
+    problem: Problem, tile: Tile, dtype: DType | None = None, mdtype: DType | None = None
+) -> dict[Stage, StageSpec]:
+    """The default fused2d_rt pick: K1 (U in the MMA dtype), K2a when the kernel reads tile
+    scales (fp16 MMA operands), and the first grid KF spec of the tile and dtypes that fits in
+    the declared order. MMA operands default to fp16 (for bf16 io too: about 8x more accurate
+    than bf16 operands, as K2's storage). Raises Refused when nothing fits."""
+    dtype = dtype or problem.dtype
+    if dtype is DType.FP32:
+        raise Refused(
+            "fused_io_fp32",
+            "the fused kernel multiplies on fp16/bf16 tensor cores; fp32 io has no fused "
+            "kernel: use the unfused plan (algorithm='unfused')",
+        )
+    mdtype = mdtype or DType.FP16
+    if not candidates(Stage.FUSED, tile, dtype, mdtype):
+        tiles = sorted({s.tile.name for s in grid.aot_stage_specs(Stage.FUSED) if s.io is dtype})
+        raise Refused(
+            "fused_no_kernel",
+            f"the grid has no fused kernel for tile {tile.name}, io {dtype.short}, MMA "
+            f"dtype {mdtype.short}; fused tiles for io {dtype.short}: "
+            f"{', '.join(tiles) or 'none'}. Pass one of those tiles, algorithm='unfused', or "
+            "add a kf sub-grid to grids/stages.yaml and rebuild",
+        )
+    probe = replace(problem, N=1, dtype=dtype)
+    kf = _first_fit(Stage.FUSED, tile, dtype, mdtype, probe, candidates)
+    picks = {Stage.FILTER: _first_fit(Stage.FILTER, tile, dtype, mdtype, probe, candidates)}
+    if kf.prescale is Prescale.SPLIT:
+        picks[Stage.PRESCALE] = _first_fit(Stage.PRESCALE, tile, dtype, mdtype, probe, candidates)
+    picks[Stage.FUSED] = kf
+    return picks

@@ -27,9 +27,10 @@ from typing import Any
 import simpleeval
 
 from . import config
+from .fused import fused_namespace
 from .geometry import ceil_div, elems_one_image, lds_bytes
 from .problem import Problem
-from .specs import RtInputSpec, StageSpec
+from .specs import RtFusedSpec, RtInputSpec, StageSpec
 from .vocab import TILES, Tile
 
 
@@ -344,6 +345,8 @@ def _spec_ns(spec: StageSpec, params: dict[str, Any]) -> dict[str, Any]:
     )
     if isinstance(spec, RtInputSpec):
         ns["lds_bytes"] = lds_bytes(spec)
+    if isinstance(spec, RtFusedSpec):
+        ns.update(fused_namespace(spec))
     return ns
 
 

@@ -163,13 +163,48 @@ class RtOutputSpec(_Spec):
     extra: tuple[tuple[str, int], ...] = ()  # YAML-declared axes (wino.axes)
 
 
+@dataclass(frozen=True)
+class RtFusedSpec(_Spec):
+    """KF (fused2d_rt): a block of ``warps`` warps owns ``tiles`` output tiles x ``kblock``
+    output channels of one group and loops over C/G in chunks of ``cchunk``: input windows ->
+    input transform (fp32) -> ``mdtype`` operands in shared memory -> per bin an m16n8k16
+    tensor-core MMA against the U chunk (fp32 accumulators) -> output transform -> y.
+    ``prescale`` split reads the tile scales K2a wrote; ``stages`` is the pipeline depth
+    (docs/FUSED.md)."""
+
+    stage: ClassVar[Stage] = Stage.FUSED
+    name_format: ClassVar[str] = (
+        "{stage}_{tile}_i{io}_m{mdtype}_p{tiles}_k{kblock}_c{cchunk}_w{warps}_s{stages}_p{prescale}"
+    )
+    tile: Tile = Tile(4, 4)
+    io: DType = DType.FP16
+    mdtype: DType = DType.FP16
+    tiles: int = 32
+    kblock: int = 16
+    cchunk: int = 16
+    warps: int = 8
+    stages: int = 1
+    prescale: Prescale = Prescale.SPLIT
+    extra: tuple[tuple[str, int], ...] = ()  # YAML-declared axes (wino.axes)
+
+    @property
+    def block(self) -> int:
+        return self.warps * 32
+
+    @property
+    def xdtype(self) -> DType:
+        """U's storage dtype (K1's xdtype): the MMA operand dtype."""
+        return self.mdtype
+
+
 SPEC_CLASSES: dict[Stage, type] = {
     Stage.FILTER: RtFilterSpec,
     Stage.PRESCALE: RtPrescaleSpec,
     Stage.INPUT: RtInputSpec,
     Stage.OUTPUT: RtOutputSpec,
+    Stage.FUSED: RtFusedSpec,
 }
-StageSpec = RtFilterSpec | RtPrescaleSpec | RtInputSpec | RtOutputSpec
+StageSpec = RtFilterSpec | RtPrescaleSpec | RtInputSpec | RtOutputSpec | RtFusedSpec
 
 
 def _short(value: Any) -> str:

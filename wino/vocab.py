@@ -11,13 +11,14 @@ from dataclasses import dataclass
 
 
 class Stage(enum.Enum):
-    """A pipeline stage of the unfused2d_rt plan."""
+    """A pipeline stage: K1-K4 make the unfused2d_rt plan; K1, K2a and KF the fused2d_rt plan."""
 
     FILTER = "k1"  # U = G g Gt (+ per-k power-of-two scale)
     PRESCALE = "k2a"  # per-tile max|x| -> tile scale (split prescale only)
     INPUT = "k2"  # V = Bt d B (times the tile scale)
     GEMM = "k3"  # M = V . Ut per (bin, group), from the target's GEMM library
     OUTPUT = "k4"  # y = At M A / (tile scale * filter scale)
+    FUSED = "kf"  # fused2d_rt: input transform, tensor-core MMA and output transform in one
 
     @property
     def short(self) -> str:

@@ -88,6 +88,11 @@ class CudaDevice(Device):
     def synchronize(self) -> None:
         self.torch.cuda.synchronize()
 
+    def launch_stream(self):
+        """CuPy's current stream, which the graph timer captures (the operands are torch
+        tensors, whose default is torch's current stream: a capture would record nothing)."""
+        return self.cupy.cuda.get_current_stream()
+
     def reference(self, problem: Problem, operands: Operands):
         """float64 direct convolution on the GPU, NHWK (a view of PyTorch's NCHW result)."""
         F = self.torch.nn.functional

@@ -66,6 +66,10 @@ class Device:
         return self.rates.gemm_tflops[key]
 
     # Per target ------------------------------------------------------------------------------
+    def launch_stream(self):
+        """The stream a timed chain launches on: the timer's (None: the target has none)."""
+        return None
+
     def measure_copy_gbs(self) -> float:
         raise NotImplementedError
 

@@ -184,7 +184,7 @@ def time_pick(
 
     def chain(s: int) -> None:
         x, w, y = operands.arrays[s]
-        backend.run(plan, x, w, y, workspace, None)
+        backend.run(plan, x, w, y, workspace, None, device.launch_stream())
 
     return dict(pick.stage_us), device.timer(final=True).time_us(chain, operands.sets)
 

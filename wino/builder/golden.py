@@ -20,7 +20,14 @@ from pathlib import Path
 from .. import config
 from ..codegen.render import render
 from ..problem import Problem
-from ..specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec, StageSpec
+from ..specs import (
+    RtFilterSpec,
+    RtFusedSpec,
+    RtInputSpec,
+    RtOutputSpec,
+    RtPrescaleSpec,
+    StageSpec,
+)
 from ..vocab import DType, K2Path, Prescale, Target, Tile
 from .cache_writer import sha256_text
 from .toolchains import KITS, Toolchain, compile_ir, resolve
@@ -43,7 +50,8 @@ class GoldenKernel:
         return render(self.spec, target, baked=self.baked)
 
 
-#: Every stage, every K2 path and prescale mode, tiles square and not, every dtype, one baked.
+#: Every stage, every K2 path and prescale mode, tiles square and not, every dtype, one baked;
+#: the fused kernel at each grid tile and each MMA dtype pairing.
 SHARD: tuple[GoldenKernel, ...] = (
     GoldenKernel(RtFilterSpec(Tile(4, 4), _F16, _F16, 8, 256, 1)),
     GoldenKernel(RtFilterSpec(Tile(6, 6), _F32, _F32, 1, 256, 1)),
@@ -61,6 +69,9 @@ SHARD: tuple[GoldenKernel, ...] = (
         RtInputSpec(Tile(4, 4), _F16, _F16, 4, 256, _REG, 0, 0, Prescale.FUSED),
         baked=Problem(N=2, C=64, H=14, W=14, K=64, pad_h=1, pad_w=1, dtype=_F16),
     ),
+    GoldenKernel(RtFusedSpec(Tile(2, 2), _F16, _F16, 32, 32, 32, 8, 1, Prescale.SPLIT)),
+    GoldenKernel(RtFusedSpec(Tile(4, 4), _BF16, _F16, 32, 16, 16, 8, 2, Prescale.SPLIT)),
+    GoldenKernel(RtFusedSpec(Tile(4, 6), _BF16, _BF16, 16, 16, 16, 4, 1, Prescale.NONE)),
 )
 
 

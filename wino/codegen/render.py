@@ -12,10 +12,11 @@ from pathlib import Path
 import jinja2
 
 from ..config import ROOT
+from ..fused import FusedBudget
 from ..kinds import kind_of
 from ..launch import stage_launch
 from ..problem import Problem
-from ..specs import StageSpec
+from ..specs import RtFusedSpec, StageSpec
 from ..vocab import K2Path, Prescale, Target
 from .renderers import RENDERERS
 from .transforms import apply_2d, tile_matrices
@@ -40,7 +41,7 @@ def template_files() -> list[Path]:
 
 
 def _transform_lines(spec: StageSpec) -> dict[str, list[str]]:
-    tile, vec = spec.tile, spec.vec
+    tile, vec = spec.tile, getattr(spec, "vec", 1)  # KF has no channel vector
     mats = tile_matrices(tile.mh, tile.mw)
 
     def window(cols):
@@ -80,8 +81,9 @@ def render(spec: StageSpec, target: Target | str, baked: Problem | None = None) 
         ah=tile.ah,
         aw=tile.aw,
         bins=tile.bins,
-        vec=spec.vec,
+        vec=getattr(spec, "vec", 1),
         block=spec.block,
+        fused=FusedBudget.of(spec) if isinstance(spec, RtFusedSpec) else None,
         io=spec.io,
         xdtype=getattr(spec, "xdtype", None),
         accdtype=getattr(spec, "accdtype", None),

@@ -80,11 +80,15 @@ class Renderer:
     def args_source(self) -> str:
         return "A_in"
 
-    def kernel_begin(self, name: str, params: list[tuple[str, str]], block: int) -> str:
-        """A GPU kernel's head: the struct by value, then the buffers; the thread ids."""
+    def kernel_begin(
+        self, name: str, params: list[tuple[str, str]], block: int, min_blocks: int = 0
+    ) -> str:
+        """A GPU kernel's head: the struct by value, then the buffers; the thread ids.
+        ``min_blocks``: blocks per SM the compiler must fit (0: no such bound)."""
         self.block = block
         sig = ", ".join(f"{ctype} {self.restrict} {n}" for ctype, n in params)
-        head = self.kernel_head.format(block=block)
+        bounds = f"{block}, {min_blocks}" if min_blocks else f"{block}"
+        head = self.kernel_head.format(block=block, bounds=bounds)
         return (
             f"{head}{name}(const struct wino_args A_in, {sig})\n{{\n"
             f"  const struct wino_args A = {self.args_init()};\n"
@@ -103,6 +107,61 @@ class Renderer:
 
     def kernel_end(self, name: str, params: list[tuple[str, str]]) -> str:
         return "}\n}"
+
+    # Phases inside a block-uniform loop (a loop whose bounds every thread agrees on) ---------
+    def phase_begin(self) -> str:
+        return self.body_begin()
+
+    def phase_end(self) -> str:
+        return "}"
+
+    def sync(self) -> str:
+        return self.barrier_call
+
+    # Per-thread arrays that live across barriers (accumulators) -------------------------------
+    def private(self, ctype: str, name: str, count: int) -> str:
+        """Declared at the kernel's top level, before the first phase."""
+        return f"{ctype} {name}[{count}];"
+
+    def priv(self, name: str) -> str:
+        """The calling thread's private array (a pointer expression)."""
+        return name
+
+    # Shared memory sized at launch ------------------------------------------------------------
+    def dynamic_shared(self, name: str, nbytes: int) -> str:
+        return f"extern {self.shared_qualifier}__attribute__((aligned(16))) unsigned char {name}[];"
+
+    # The warp MMA: D[16x8] += A[16x16] . B[16x8] (B given as its transpose, [8][16]), fp32 ----
+    def mma_helper(self, dtype: DType) -> str:
+        """``wino_mma_m16n8k16(d, a, lda, b, ldb, lane)``: per-thread semantics. The thread of
+        lane l (of its warp) owns the 4 accumulators its mma.sync fragment holds: rows
+        g = l / 4 and g + 8, columns 2 * (l % 4) + (0, 1). This scalar form computes exactly
+        those from the shared-memory tiles; CUDA renders the warp-wide mma.sync instead."""
+        a = self.to_float(dtype, "a[row * lda + k]")
+        b = self.to_float(dtype, "b[col * ldb + k]")
+        return (
+            f"{self.fn} void wino_mma_m16n8k16(float* d, const unsigned short* a, int lda,"
+            " const unsigned short* b, int ldb, unsigned lane)\n{\n"
+            "  const unsigned g = lane >> 2, t = lane & 3u;\n"
+            "  for (int i = 0; i < 4; ++i) {\n"
+            "    const unsigned row = g + 8u * (unsigned)(i >> 1);\n"
+            "    const unsigned col = 2u * t + (unsigned)(i & 1);\n"
+            "    float s = 0.0f;\n"
+            f"    for (int k = 0; k < 16; ++k) s += {a} * {b};\n"
+            "    d[i] += s;\n"
+            "  }\n}"
+        )
+
+    # Asynchronous 16-byte copy global -> shared (zero fill when !valid), commit, wait --------
+    def async_copy_helpers(self) -> str:
+        return (
+            f"{self.fn} void wino_cp_async16(void* dst, const void* src, int valid)\n{{\n"
+            "  wino_b16 v = {{0u, 0u, 0u, 0u}};\n"
+            "  if (valid) v = *(const wino_b16*)src;\n"
+            "  *(wino_b16*)dst = v;\n}\n"
+            f"{self.fn} void wino_cp_async_commit(void) {{}}\n"
+            f"{self.fn} void wino_cp_async_wait(void) {{}}"
+        )
 
 
 class CRenderer(Renderer):
@@ -156,7 +215,9 @@ class CRenderer(Renderer):
             for ctype, name in params
         )
 
-    def kernel_begin(self, name: str, params: list[tuple[str, str]], block: int) -> str:
+    def kernel_begin(
+        self, name: str, params: list[tuple[str, str]], block: int, min_blocks: int = 0
+    ) -> str:
         self.block = block
         return (
             f"WINO_CLONES static void {name}_block("
@@ -171,6 +232,15 @@ class CRenderer(Renderer):
 
     def barrier(self) -> str:
         return "}\n  " + self.body_begin()
+
+    def private(self, ctype: str, name: str, count: int) -> str:
+        return f"{ctype} {name}[{self.block}][{count}];"
+
+    def priv(self, name: str) -> str:
+        return f"{name}[tid]"
+
+    def dynamic_shared(self, name: str, nbytes: int) -> str:
+        return f"unsigned char {name}[{nbytes}] __attribute__((aligned(16)));"
 
     def kernel_end(self, name: str, params: list[tuple[str, str]]) -> str:
         args = ", ".join(n for _, n in params)
@@ -199,7 +269,7 @@ class CudaRenderer(Renderer):
     unroll = "#pragma unroll"
     shared_qualifier = "__shared__ "
     barrier_call = "__syncthreads();"
-    kernel_head = 'extern "C" __global__ void __launch_bounds__({block})\n'
+    kernel_head = 'extern "C" __global__ void __launch_bounds__({bounds})\n'
     thread_ids = "bx = blockIdx.x, by = blockIdx.y, tid = threadIdx.x"
 
     def umulhi(self, a: str, b: str) -> str:
@@ -219,6 +289,42 @@ class CudaRenderer(Renderer):
 
     def prelude(self) -> str:
         return "#include <cuda_fp16.h>\n"
+
+    def dynamic_shared(self, name: str, nbytes: int) -> str:
+        return f"extern __shared__ __align__(16) unsigned char {name}[];"
+
+    def mma_helper(self, dtype: DType) -> str:
+        """The warp-wide mma.sync; each lane loads its own fragment registers from shared
+        memory (pairs of 16-bit values, rows g and g + 8, columns 2t and 2t + 8)."""
+        kind = {DType.FP16: "f16", DType.BF16: "bf16"}[dtype]
+        return (
+            f"{self.fn} void wino_mma_m16n8k16(float* d, const unsigned short* a, int lda,"
+            " const unsigned short* b, int ldb, unsigned lane)\n{\n"
+            "  const unsigned g = lane >> 2, t = lane & 3u;\n"
+            "  const unsigned a0 = *(const unsigned*)(a + g * lda + 2u * t);\n"
+            "  const unsigned a1 = *(const unsigned*)(a + (g + 8u) * lda + 2u * t);\n"
+            "  const unsigned a2 = *(const unsigned*)(a + g * lda + 2u * t + 8u);\n"
+            "  const unsigned a3 = *(const unsigned*)(a + (g + 8u) * lda + 2u * t + 8u);\n"
+            "  const unsigned b0 = *(const unsigned*)(b + g * ldb + 2u * t);\n"
+            "  const unsigned b1 = *(const unsigned*)(b + g * ldb + 2u * t + 8u);\n"
+            f'  asm("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "\n'
+            '      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n'
+            '      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])\n'
+            '      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));\n'
+            "}"
+        )
+
+    def async_copy_helpers(self) -> str:
+        return (
+            f"{self.fn} void wino_cp_async16(void* dst, const void* src, int valid)\n{{\n"
+            "  const unsigned s = (unsigned)__cvta_generic_to_shared(dst);\n"
+            '  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"\n'
+            '               :: "r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");\n}\n'
+            f"{self.fn} void wino_cp_async_commit(void) "
+            '{ asm volatile("cp.async.commit_group;" ::: "memory"); }\n'
+            f"{self.fn} void wino_cp_async_wait(void) "
+            '{ asm volatile("cp.async.wait_group 0;" ::: "memory"); }'
+        )
 
 
 class HipRenderer(Renderer):

@@ -2,7 +2,7 @@
 compiler (AOT: the cache is the only input)."""
 
 from .api import conv2d
-from .plan import GemmStep, KernelStep, Plan, dispatch
+from .plan import GemmStep, KernelStep, Plan, dispatch, invalidate
 from .reference import conv2d_reference, relative_error
 
 __all__ = [
@@ -12,5 +12,6 @@ __all__ = [
     "conv2d",
     "conv2d_reference",
     "dispatch",
+    "invalidate",
     "relative_error",
 ]

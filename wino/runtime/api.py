@@ -103,7 +103,7 @@ _PROBLEMS: dict[tuple, Problem] = {}
 
 def _key(x, w, padding, dilation, groups, stride) -> tuple | None:
     try:
-        key = (type(x), tuple(x.shape), tuple(w.shape), str(x.dtype), str(w.dtype))
+        key = (type(x), tuple(x.shape), tuple(w.shape), x.dtype, w.dtype)
         key += (padding, dilation, groups, stride)
         hash(key)
     except (AttributeError, TypeError):

@@ -21,16 +21,27 @@ def numpy_dtype(dtype: DType) -> np.dtype:
     return NUMPY_DTYPES[dtype]
 
 
+_BY_NAME = {"float16": DType.FP16, "float32": DType.FP32, "bfloat16": DType.BF16}
+#: wino dtypes by the arrays' dtype objects (numpy, CuPy, torch), filled on first sight: a
+#: dtype's name is computed in Python (numpy's str), a dict lookup is not.
+_BY_DTYPE: dict[Any, DType] = {}
+
+
 def dtype_of(array: Any) -> DType:
     """The wino dtype of a numpy / CuPy array or a torch tensor."""
-    name = str(getattr(array, "dtype", "")).replace("torch.", "")
-    table = {"float16": DType.FP16, "float32": DType.FP32, "bfloat16": DType.BF16}
-    if name not in table:
+    dtype = getattr(array, "dtype", None)
+    try:
+        return _BY_DTYPE[dtype]
+    except (KeyError, TypeError):
+        pass
+    name = str(dtype or "").replace("torch.", "")
+    if name not in _BY_NAME:
         raise TypeError(
             f"array dtype {name or type(array).__name__} is not supported; "
             "use float16, bfloat16 or float32"
         )
-    return table[name]
+    _BY_DTYPE[dtype] = _BY_NAME[name]
+    return _BY_NAME[name]
 
 
 def is_torch(array: Any) -> bool:

@@ -90,11 +90,14 @@ def libcuda() -> ctypes.CDLL:
         u = ctypes.c_uint
         lib.cuLaunchKernel.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u] + [ctypes.c_void_p] * 3
         lib.cuLaunchKernel.restype = ctypes.c_int
+        lib.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        lib.cuFuncSetAttribute.restype = ctypes.c_int
         _LIBCUDA = lib
     return _LIBCUDA
 
 
 _LIBCUDA: ctypes.CDLL | None = None
+_MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 ALIGN = 16  # the widest vector load or store the kernels make (bytes)
 
 
@@ -102,8 +105,9 @@ class _Launch:
     """A kernel launch prepared once: the CUfunction, the kernarg struct packed, and the
     parameter array cuLaunchKernel reads (kernargs, then one pointer slot per buffer)."""
 
-    def __init__(self, function, args: ctypes.Structure, buffers: int, grid, block):
+    def __init__(self, function, args: ctypes.Structure, buffers: int, grid, block, shared=0):
         self.function, self.args, self.grid, self.block = function, args, grid, block
+        self.shared = shared  # dynamic shared memory bytes
         self.pointers = (ctypes.c_uint64 * buffers)()
         base = ctypes.addressof(self.pointers)
         self.params = (ctypes.c_void_p * (1 + buffers))(
@@ -155,7 +159,16 @@ class CudaBackend(Backend):
         abi = self.manifest.kernel(step.name).abi
         args = args_struct(abi)(*abi.pack(step.launch.kernargs))
         function = self.function(step.name)
-        return _Launch(function.ptr, args, len(abi.buffers), step.launch.grid, step.launch.block)
+        launch = step.launch
+        shared = launch.shared_bytes if launch.dynamic_shared else 0
+        if shared > 48 * 1024:  # past the default dynamic limit the kernel must opt in
+            status = libcuda().cuFuncSetAttribute(function.ptr, _MAX_DYNAMIC_SHARED, shared)
+            if status != 0:
+                raise RuntimeError(
+                    f"{step.name}: {shared} bytes of dynamic shared memory refused by the "
+                    f"driver (CUresult {status})"
+                )
+        return _Launch(function.ptr, args, len(abi.buffers), launch.grid, launch.block, shared)
 
     def issue(self, op, pointers: dict, ctx: Context) -> None:
         h = op.handle
@@ -164,7 +177,7 @@ class CudaBackend(Backend):
             for i, slot in enumerate(op.slots):
                 h.pointers[i] = pointers[slot.source] + slot.offset
             status = libcuda().cuLaunchKernel(
-                h.function, gx, gy, gz, bx, by, bz, 0, ctx.stream, h.params_at, None
+                h.function, gx, gy, gz, bx, by, bz, h.shared, ctx.stream, h.params_at, None
             )
         if status != 0:
             raise RuntimeError(f"cuLaunchKernel {op.step.name} failed with CUresult {status}")

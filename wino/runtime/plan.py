@@ -1,13 +1,16 @@
-"""``dispatch(problem)``: the unfused2d_rt plan assembled from the cache.
+"""``dispatch(problem)``: the unfused2d_rt or fused2d_rt plan assembled from the cache.
 
-A plan names its AOT binaries and their launches per batch chunk, the GEMM extents, the
-workspace size and the batch split. It runs on the backend of its target (host C or CUDA).
+unfused2d_rt runs K1, (K2a,) K2, K3 and K4 with V and M in the workspace; fused2d_rt runs K1,
+(K2a,) and the fused kernel KF, which keeps V and M on chip (docs/FUSED.md). A plan names its
+AOT binaries and their launches per batch chunk, the GEMM extents, the workspace size and the
+batch split. It runs on the backend of its target (host C or CUDA).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,14 +26,17 @@ from ..launch import (
     workspace_bytes,
     workspace_layout,
 )
-from ..pick import default_stage_specs
+from ..pick import Ranking, default_fused_specs, default_stage_specs
 from ..problem import Problem
 from ..refusals import Refused, check_problem
 from ..specs import RtInputSpec, StageSpec
 from ..vocab import DType, Prescale, Stage, Target, Tile, coerce
 from . import aliasing, registry, tuning
 
-ALGORITHMS = ("winograd_aot",)
+#: ``dispatch(algorithm=...)``: None (dispatch chooses), "unfused" (alias "winograd_aot", the
+#: original name) or "fused".
+ALGORITHMS = ("unfused", "fused", "winograd_aot")
+KIND_OF = {"unfused": "unfused2d_rt", "winograd_aot": "unfused2d_rt", "fused": "fused2d_rt"}
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,7 @@ class Plan:
     workspace_bytes: int
     source: str  # "tuning DB" or "default pick"
     kind: str = "unfused2d_rt"
+    reason: str = ""  # why this plan kind (plan.explain says it)
     _backend: Any = field(default=None, repr=False)
     _program: Any = field(default=None, repr=False)  # the backend's prepared launches
 
@@ -93,16 +100,21 @@ class Plan:
         return self.chunk_steps[self.chunks[0][1]]
 
     @property
+    def fused(self) -> bool:
+        return Stage.FUSED in self.specs
+
+    @property
     def xdtype(self) -> DType:
-        return self.specs[Stage.INPUT].xdtype
+        """U's (and V's, or the MMA operands') dtype."""
+        return self.specs[Stage.FILTER].xdtype
 
     @property
     def accdtype(self) -> DType:
-        return self.specs[Stage.OUTPUT].accdtype
+        return DType.FP32 if self.fused else self.specs[Stage.OUTPUT].accdtype
 
     @property
     def prescale(self) -> Prescale:
-        return self.specs[Stage.INPUT].prescale
+        return self.specs[Stage.FUSED if self.fused else Stage.INPUT].prescale
 
     def layout(self) -> dict[str, tuple[tuple[int, ...], DType]]:
         return plan_layout(self.problem, self.tile, self.specs, self.batch_split)
@@ -111,6 +123,7 @@ class Plan:
         lines = [
             f"plan {self.kind} for {self.problem.label()} on {self.target.value} "
             f"({self.manifest.flavor}), tile {self.tile.name}, specs from {self.source}",
+            f"  {self.kind}: {self.reason}",
             f"  cache {self.manifest.origin()}",
             f"  batch split {self.batch_split}: chunks {self.chunks}",
             f"  workspace {self.workspace_bytes} bytes: "
@@ -176,10 +189,15 @@ def kernargs_text(kernargs: dict[str, int]) -> list[str]:
 
 
 def plan_layout(problem: Problem, tile: Tile, specs: dict[Stage, StageSpec], chunk: int):
-    k2 = specs[Stage.INPUT]
-    layout = workspace_layout(problem, tile, k2.xdtype, specs[Stage.OUTPUT].accdtype, chunk)
-    if k2.prescale is Prescale.NONE:
+    """The workspace buffers: U, fs, (ts,) V, M; the fused plan keeps V and M on chip."""
+    fused = Stage.FUSED in specs
+    main = specs[Stage.FUSED if fused else Stage.INPUT]
+    acc = DType.FP32 if fused else specs[Stage.OUTPUT].accdtype
+    layout = workspace_layout(problem, tile, specs[Stage.FILTER].xdtype, acc, chunk)
+    if main.prescale is Prescale.NONE:
         del layout["ts"]
+    if fused:
+        del layout["V"], layout["M"]
     return layout
 
 
@@ -191,6 +209,8 @@ def default_tile(problem: Problem) -> Tile:
 
 def _steps(problem: Problem, specs: dict[Stage, StageSpec], images: int) -> list[Step]:
     chunk = problem.with_batch(images)
+    if Stage.FUSED in specs:  # K1, (K2a,) KF
+        return [KernelStep(st, sp.name, stage_launch(sp, chunk)) for st, sp in specs.items()]
     k2: RtInputSpec = specs[Stage.INPUT]
     steps: list[Step] = []
     for stage, spec in specs.items():
@@ -225,24 +245,25 @@ def _specs_tile(specs: dict[Stage, StageSpec], tile: Tile | None) -> Tile:
 
 
 def _ordered(specs: dict[Stage, StageSpec]) -> dict[Stage, StageSpec]:
-    """The specs in pipeline order (K1, K2a, K2, K4), checked to make one pipeline: each under
-    its own stage, K2a exactly when K2 takes the split prescale, and K1 storing U in K2's
-    transformed dtype."""
+    """The specs in pipeline order (K1, K2a, K2, K4 or K1, K2a, KF), checked to make one
+    pipeline: each under its own stage, K2a exactly when K2 (or KF) takes the split prescale,
+    and K1 storing U in K2's transformed dtype (KF's MMA dtype)."""
     for stage, spec in specs.items():
         if not isinstance(stage, Stage) or spec.stage is not stage:
             raise ValueError(
                 f"dispatch: specs[{stage!r}] is a {spec.stage.short} spec "
                 f"({spec.name}); key each spec by its own Stage"
             )
-    need = {Stage.FILTER, Stage.INPUT, Stage.OUTPUT}
-    k2 = specs.get(Stage.INPUT)
+    fused = Stage.FUSED in specs
+    need = {Stage.FILTER, Stage.FUSED} if fused else {Stage.FILTER, Stage.INPUT, Stage.OUTPUT}
+    k2 = specs.get(Stage.FUSED if fused else Stage.INPUT)
     if k2 is not None and k2.prescale is Prescale.SPLIT:
         need.add(Stage.PRESCALE)
     if set(specs) != need:
         raise ValueError(
             f"dispatch: specs for stages {sorted(s.short for s in specs)}; this "
             f"pipeline needs exactly {sorted(s.short for s in need)} (k2a goes "
-            "with prescale split only)"
+            "with prescale split only; kf replaces k2 and k4)"
         )
     k1 = specs[Stage.FILTER]
     if k1.xdtype is not k2.xdtype:
@@ -263,6 +284,14 @@ def _pick_target(target: Target | str | None) -> Target:
 _PLANS: dict[tuple, tuple[tuple, Plan]] = {}
 PLAN_CACHE_SIZE = 4096
 
+#: How long a seen dispatch trusts the cache files it last looked at (seconds): a manifest or
+#: tuning DB published by another process is noticed within this time; one published by this
+#: process (``wino.cache.atomic_write``, ``tuning.record``) or after ``invalidate()`` at once.
+REVALIDATE_S = 0.05
+
+#: Seen calls by their arguments as given: key -> (trusted until, publications, plan).
+_SEEN: dict[tuple, tuple[float, int, Plan]] = {}
+
 
 @functools.lru_cache(maxsize=64)
 def _locations(target: Target, cache_root, env: str | None) -> tuple[Path, Path]:
@@ -273,12 +302,37 @@ def _locations(target: Target, cache_root, env: str | None) -> tuple[Path, Path]
 def clear_plan_cache() -> None:
     """Forget every cached plan (the manifest and tuning-DB caches check the files anyway)."""
     _PLANS.clear()
+    _SEEN.clear()
+
+
+def invalidate() -> None:
+    """Make the next dispatch of every seen problem look at the cache files again (for a
+    manifest or tuning DB that another process published less than REVALIDATE_S ago)."""
+    _SEEN.clear()
+
+
+def _pick_algorithm(algorithm: str | None, specs) -> tuple[str, str]:
+    """(plan kind, why) from the caller's algorithm (and specs, whose stages decide it)."""
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        raise ValueError(
+            f"algorithm {algorithm!r}: expected one of {ALGORITHMS} or None (dispatch chooses)"
+        )
+    if specs is not None and algorithm is None:
+        if Stage.FUSED in specs:
+            return "fused2d_rt", "the caller's specs include a fused (kf) kernel"
+        return "unfused2d_rt", "the caller's specs are the unfused stages"
+    if algorithm is not None:
+        return KIND_OF[algorithm], f"forced by algorithm={algorithm!r}"
+    return "unfused2d_rt", (
+        "the default: fused2d_rt is chosen only with algorithm='fused' until a measured "
+        "crossover rule (H200) exists"
+    )
 
 
 def dispatch(
     problem: Problem,
     *,
-    algorithm: str = "winograd_aot",
+    algorithm: str | None = None,
     target: Target | str | None = None,
     tile: Tile | str | None = None,
     batch_split: int | None = None,
@@ -289,33 +343,76 @@ def dispatch(
     """Assemble the plan for ``problem`` from the cache (no compiler involved).
 
     Plans are cached per process by every argument and by the state (path, mtime, size,
-    inode) of the manifest and tuning DB they were made from: a seen problem costs a few stat
-    calls and returns the same Plan object, whose backend, kernel handles and packed kernargs
-    are then reused. Raises Refused (with the rule id) for problems wino does not serve,
-    KeyError naming a missing kernel and the command that builds it, FileNotFoundError when
-    no cache exists."""
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm {algorithm!r}: expected one of {ALGORITHMS}")
+    inode) of the manifest and tuning DB they were made from. A seen call is one dict lookup
+    and returns the same Plan object, whose backend, kernel handles and packed kernargs are
+    then reused; it looks at the files again (a few stat calls) once REVALIDATE_S has passed,
+    after this process published a manifest or tuning DB, or after ``invalidate()``.
+    ``algorithm``: None (dispatch chooses: unfused2d_rt until a measured crossover exists),
+    "unfused" or "fused" (docs/FUSED.md). Raises Refused (with the rule id) for problems wino
+    does not serve, KeyError naming a missing kernel and the command that builds it,
+    FileNotFoundError when no cache exists."""
+    seen = None
+    if target is None:  # resolved every call: whether CUDA is usable is not cached
+        target = _pick_target(target)
+    if specs is None:
+        env = os.environ.get("WINO_BUILD")
+        seen = (problem, algorithm, target, tile, batch_split, workspace_limit, cache_root, env)
+        hit = _SEEN.get(seen)
+        if hit is not None and time.monotonic() < hit[0] and hit[1] == cache.publications:
+            return hit[2]
+    publications = cache.publications
+    plan = _dispatch(
+        problem, algorithm, target, tile, batch_split, workspace_limit, cache_root, specs
+    )
+    if seen is not None:
+        if len(_SEEN) >= PLAN_CACHE_SIZE:
+            _SEEN.pop(next(iter(_SEEN)))  # the oldest
+        _SEEN[seen] = (time.monotonic() + REVALIDATE_S, publications, plan)
+    return plan
+
+
+def _dispatch(problem, algorithm, target, tile, batch_split, workspace_limit, cache_root, specs):
+    """``dispatch`` with the cache files looked at (the plan cache checked against them)."""
+    kind = (*_pick_algorithm(algorithm, specs), algorithm)  # (plan kind, why, as asked)
     target = _pick_target(target)
     tile = coerce(Tile, tile, "tile") if tile is not None else None
     frozen = None if specs is None else tuple(sorted(specs.items(), key=lambda kv: kv[0].value))
-    key = (problem, target, tile, batch_split, workspace_limit, cache_root, frozen)
+    key = (problem, target, tile, batch_split, workspace_limit, cache_root, frozen, kind)
     _, db = _locations(target, cache_root, os.environ.get("WINO_BUILD"))
     try:  # the manifest along the search path (./build, the checkout, an installed wheel)
         state = (cache.manifest_location(target, cache_root), (db, cache._file_key(db)))
     except FileNotFoundError:  # no cache: a refusal still says what is wrong with the problem
-        _assemble(problem, target, tile, batch_split, workspace_limit, cache_root, specs, None)
+        _assemble(
+            problem, target, tile, batch_split, workspace_limit, cache_root, specs, None, kind
+        )
         raise
     hit = _PLANS.get(key)
     if hit is not None and hit[0] == state:
         return hit[1]
     plan = _assemble(
-        problem, target, tile, batch_split, workspace_limit, cache_root, specs, state[0]
+        problem, target, tile, batch_split, workspace_limit, cache_root, specs, state[0], kind
     )
     if len(_PLANS) >= PLAN_CACHE_SIZE:
         _PLANS.pop(next(iter(_PLANS)))  # the oldest
     _PLANS[key] = (state, plan)
     return plan
+
+
+#: Default-pick rankings by manifest: id -> (manifest, ranking of the kernels it holds).
+_RANKINGS: dict[int, tuple[cache.Manifest, Ranking]] = {}
+
+
+def _ranking(manifest: cache.Manifest) -> Ranking:
+    """The default-pick order over the kernels a manifest holds (one per parsed manifest)."""
+    hit = _RANKINGS.get(id(manifest))
+    if hit is None or hit[0] is not manifest:
+        if len(_RANKINGS) >= 16:
+            _RANKINGS.pop(next(iter(_RANKINGS)))  # the oldest
+        hit = _RANKINGS[id(manifest)] = (
+            manifest,
+            Ranking(k.spec for k in manifest.kernels.values()),
+        )
+    return hit[1]
 
 
 def _assemble(
@@ -327,9 +424,14 @@ def _assemble(
     cache_root: Path | None,
     specs: dict[Stage, StageSpec] | None,
     manifest_at: tuple[Path, tuple[int, int, int], cache.CacheSource] | None,
+    kind: tuple[str, str, str | None],
 ) -> Plan:
+    plan_kind, reason, algorithm = kind
+    fused = plan_kind == "fused2d_rt"
     if specs is not None:
         tile = _specs_tile(specs, tile)
+    elif fused:
+        tile = tile or default_tile(problem)
     else:
         tile = tile or tuning.best_tile(problem, target, cache_root) or default_tile(problem)
     check_problem(problem, tile)  # the index rule against the tile that will run
@@ -338,16 +440,30 @@ def _assemble(
     else:
         manifest = cache.read_manifest(*manifest_at)
     source = "caller"
-    if specs is None:
+    if specs is None and not fused:
         specs, source = tuning.lookup(problem, target, tile, cache_root), "tuning DB"
     if specs is None:
-        specs, source = default_stage_specs(problem, tile), "default pick"
+        if fused:
+            specs = default_fused_specs(problem, tile)
+        else:
+            specs = default_stage_specs(problem, tile, ranking=_ranking(manifest))
+        source = "default pick"
     specs = _ordered(specs)
+    if (Stage.FUSED in specs) != fused:
+        raise ValueError(
+            f"dispatch: algorithm={algorithm!r} asks for {plan_kind} but the specs "
+            f"{[s.name for s in specs.values()]} make the other plan kind"
+        )
     for spec in specs.values():
         manifest.kernel(spec.name, verify=False)
-    k2 = specs[Stage.INPUT]
+    acc = DType.FP32 if fused else specs[Stage.OUTPUT].accdtype
+    # the fused workspace (U, fs, ts) hardly grows with the chunk: no workspace bisection
     limit_split = largest_split(
-        problem, tile, workspace_limit, k2.xdtype, specs[Stage.OUTPUT].accdtype
+        problem,
+        tile,
+        None if fused else workspace_limit,
+        specs[Stage.FILTER].xdtype,
+        acc,
     )
     split = limit_split if batch_split is None else batch_split
     chunks = batch_chunks(problem.N, split)
@@ -360,4 +476,17 @@ def _assemble(
             f"the workspace of {ws} bytes for a batch split of {split} exceeds the "
             f"limit of {workspace_limit} bytes; raise the limit or lower the split",
         )
-    return Plan(problem, target, tile, specs, manifest, split, chunks, chunk_steps, ws, source)
+    return Plan(
+        problem,
+        target,
+        tile,
+        specs,
+        manifest,
+        split,
+        chunks,
+        chunk_steps,
+        ws,
+        source,
+        plan_kind,
+        reason,
+    )

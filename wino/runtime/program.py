@@ -28,6 +28,10 @@ class Source(enum.Enum):
     FS = "fs"  # the filter scales (likewise)
     NONE = "none"  # a buffer the plan does not have (ts without prescale): a null pointer
 
+    #: Members are singletons compared by identity: hash them as objects (C), not by name
+    #: (Enum's Python-level hash), since a run looks up every launch's buffers by Source.
+    __hash__ = object.__hash__
+
 
 @dataclass(frozen=True)
 class Slot:

@@ -86,9 +86,5 @@ def record(
         "specs": {stage.short: spec.fields_dict() for stage, spec in specs.items()},
     }
     config.validate(data, "tuning", str(db_path(target, root)))
-    path = db_path(target, root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+    return cache.atomic_write(db_path(target, root), text)

@@ -1,0 +1,262 @@
+"""The fused kernel (KF, plan kind fused2d_rt) on an H200: build, check, time, sanitize.
+
+    python3 scripts/gpu_fused.py build     # the CUDA cache this script needs, into $WINO_BUILD
+    python3 scripts/gpu_fused.py check     # every grid KF spec on CUDA against float64
+    python3 scripts/gpu_fused.py time      # fused vs unfused vs cuDNN on public layers (fp16)
+    python3 scripts/gpu_fused.py sanitize  # one small fused plan (run under compute-sanitizer)
+
+Run from the repository root with CuPy and PyTorch importable (doit is not needed: the build
+goes through wino.builder.builder). scripts/gpu_fused.sh runs all four in order.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from wino import grid  # noqa: E402
+from wino.builder import builder  # noqa: E402
+from wino.geometry import TileGrid  # noqa: E402
+from wino.pick import default_fused_specs, default_stage_specs  # noqa: E402
+from wino.problem import Problem  # noqa: E402
+from wino.runtime import conv2d_reference, dispatch, relative_error  # noqa: E402
+from wino.runtime.plan import default_tile  # noqa: E402
+from wino.runtime.verify import bound_for  # noqa: E402
+from wino.vocab import DType, Prescale, Stage, Target  # noqa: E402
+
+ROOT = Path(os.environ.get("WINO_BUILD", "/tmp/wino-fused-build"))
+FUSED = grid.aot_stage_specs(Stage.FUSED)
+
+#: The host tests' shapes (tests/test_fused.py): odd extents, C/G % 8 == 0 (async U copies),
+#: dilation, groups, no padding.
+SHAPES = [
+    ("odd", {}),
+    ("c48_k40", {"C": 48, "K": 40, "H": 9, "W": 10}),
+    ("dil2x3", {"C": 19, "K": 11, "H": 17, "W": 19, "dil_h": 2, "dil_w": 3, "pad_h": 2}),
+    ("g3_odd", {"C": 27, "K": 15, "groups": 3}),
+    ("g2_c32", {"C": 64, "K": 40, "H": 7, "W": 9, "groups": 2}),
+    ("pad0", {"N": 1, "C": 33, "K": 17, "H": 10, "W": 8, "pad_h": 0, "pad_w": 0}),
+    ("wide", {"N": 2, "C": 256, "K": 96, "H": 30, "W": 30}),
+]
+
+#: Public layers (fp16, NHWC): VGG-16 conv1_2, ResNet conv2_x, VGG-16 conv2_2, a 128-channel
+#: 56x56 layer (VGG-16 conv3 width at ResNet's 56x56), VGG-16 conv3_2.
+LAYERS = [
+    ("vgg16_conv1_2", dict(N=16, C=64, H=224, W=224, K=64)),
+    ("resnet_conv2_x", dict(N=32, C=64, H=56, W=56, K=64)),
+    ("vgg16_conv2_2", dict(N=16, C=128, H=112, W=112, K=128)),
+    ("c128_56x56", dict(N=32, C=128, H=56, W=56, K=128)),
+    ("vgg16_conv3_2", dict(N=16, C=256, H=56, W=56, K=256)),
+]
+
+COPY_BYTES_PER_S = 4.27e12  # measured on the H200 (DESIGN.md)
+MMA_FLOPS_PER_S = 790e12  # dense bf16 GEMM as measured; mma.sync reaches less
+L2_BYTES_PER_S = 8.5e12
+
+
+def _problem(dtype: DType, **fields) -> Problem:
+    base = dict(N=2, C=37, H=13, W=11, K=21, pad_h=1, pad_w=1)
+    return Problem(**{**base, **fields}, dtype=dtype)
+
+
+def _layer(fields: dict) -> Problem:
+    return Problem(**fields, pad_h=1, pad_w=1, dtype=DType.FP16)
+
+
+def _pipeline(spec, problem: Problem) -> dict:
+    picks = default_fused_specs(problem, spec.tile, spec.io, spec.mdtype)
+    picks[Stage.FUSED] = spec
+    if spec.prescale is not Prescale.SPLIT:
+        picks.pop(Stage.PRESCALE, None)
+    return picks
+
+
+def build() -> None:
+    specs = set()
+    for spec in FUSED:
+        for _, fields in SHAPES:
+            specs.update(_pipeline(spec, _problem(spec.io, **fields)).values())
+    for _, fields in LAYERS:
+        problem = _layer(fields)
+        specs.update(default_stage_specs(problem, default_tile(problem)).values())
+        for spec in FUSED:
+            if spec.io is DType.FP16:
+                specs.update(_pipeline(spec, problem).values())
+    result = builder.build(
+        sorted(specs, key=lambda s: s.name), [Target.CUDA], root=ROOT, jobs=os.cpu_count() or 4
+    )
+    print(f"built {len(specs)} kernels into {ROOT}: {result.messages or 'ok'}")
+
+
+# Check -------------------------------------------------------------------------------------------
+def _device_inputs(problem: Problem, seed: str):
+    """N(0,1) x and w in the problem's dtype: numpy copies (for the reference) and torch CUDA
+    tensors with the same values (CuPy has no bfloat16)."""
+    import ml_dtypes  # noqa: F401 - numpy's bfloat16
+    import torch
+
+    rng = np.random.default_rng(zlib.crc32(seed.encode()))
+    np_dtype = np.float16 if problem.dtype is DType.FP16 else np.dtype("bfloat16")
+    x = rng.standard_normal((problem.N, problem.H, problem.W, problem.C)).astype(np_dtype)
+    w = rng.standard_normal((problem.K, 3, 3, problem.Cg)).astype(np_dtype)
+    dtype = _torch_dtype(problem.dtype)
+    return (x, w, *(torch.from_numpy(a.astype(np.float32)).cuda().to(dtype) for a in (x, w)))
+
+
+def _torch_dtype(dtype: DType):
+    import torch
+
+    return torch.float16 if dtype is DType.FP16 else torch.bfloat16
+
+
+def _run_poisoned(plan, xt, wt):
+    """y all NaN and the workspace all 0xFF bytes before the run; returns y."""
+    import cupy
+    import torch
+
+    p = plan.problem
+    y = torch.full((p.N, p.Ho, p.Wo, p.K), float("nan"), dtype=xt.dtype, device=xt.device)
+    workspace = cupy.full(plan.workspace_bytes, 0xFF, dtype=cupy.uint8)
+    return plan.run(xt, wt, y=y, workspace=workspace)
+
+
+def check() -> int:
+    """Every grid KF spec x the shapes: all outputs written, error within the bound."""
+    import ml_dtypes  # noqa: F401
+
+    failures = 0
+    for spec in FUSED:
+        for shape_id, fields in SHAPES:
+            problem = _problem(spec.io, **fields)
+            plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
+            x, w, xt, wt = _device_inputs(problem, spec.name + shape_id)
+            y = _run_poisoned(plan, xt, wt).float().cpu().numpy()
+            unwritten = int(np.count_nonzero(~np.isfinite(y.astype(np.float32))))
+            ref = conv2d_reference(
+                x, w, (problem.pad_h, problem.pad_w), (problem.dil_h, problem.dil_w), problem.groups
+            )
+            error = relative_error(y, ref)
+            bound = bound_for(spec.tile, spec.io, spec.mdtype)
+            ok = unwritten == 0 and error <= bound
+            failures += not ok
+            print(
+                f"{'PASS' if ok else 'FAIL'} {spec.name} {shape_id}: error {error:.2e} "
+                f"(bound {bound:.0e}), unwritten {unwritten}"
+            )
+    print(f"check: {failures} failure(s) over {len(FUSED) * len(SHAPES)} cases")
+    return failures
+
+
+# Time --------------------------------------------------------------------------------------------
+def _l2_bytes(spec, problem: Problem) -> float:
+    """U re-read once per tile block, x windows once per channel block (the kernel's reads)."""
+    tg = TileGrid.of(problem, spec.tile)
+    tile_blocks = math.ceil(tg.P / spec.tiles)
+    k_blocks = problem.groups * math.ceil(problem.Kg / spec.kblock)
+    u = spec.tile.bins * problem.K * problem.Cg * 2
+    x = tg.P * spec.tile.bins * problem.C * 2 / problem.groups * k_blocks
+    return tile_blocks * u + x
+
+
+def _roofline_us(spec, problem: Problem) -> float:
+    tg = TileGrid.of(problem, spec.tile)
+    hbm = 2 * (
+        problem.N * problem.H * problem.W * problem.C
+        + problem.N * problem.Ho * problem.Wo * problem.K
+        + spec.tile.bins * problem.K * problem.Cg
+    )
+    mma = 2 * spec.tile.bins * tg.P * problem.K * problem.Cg
+    return 1e6 * max(
+        hbm / COPY_BYTES_PER_S, mma / MMA_FLOPS_PER_S, _l2_bytes(spec, problem) / L2_BYTES_PER_S
+    )
+
+
+def _timed_plan(plan, xt, wt, timer):
+    """(median us per call with U cached, the output)."""
+    import cupy
+    import torch
+
+    p = plan.problem
+    y = torch.empty((p.N, p.Ho, p.Wo, p.K), dtype=xt.dtype, device=xt.device)
+    workspace = cupy.empty(plan.workspace_bytes, dtype=cupy.uint8)
+    u = plan.transform_filter(wt, workspace)  # U cached: the inference case
+    # torch tensors launch on torch's current stream unless told: the timer's capture stream
+    # must be named, or the graph it captures is empty (1-2 us per "call").
+    stream = timer.stream
+    return timer.time_us(lambda s: plan.run(xt, y=y, workspace=workspace, U=u, stream=stream)), y
+
+
+def _cudnn_issue(torch, xt, wt):
+    """conv2d on channels_last NCHW views of the NHWC / KRSC tensors (cuDNN's NHWC kernels)."""
+    xc, wc = xt.permute(0, 3, 1, 2), wt.permute(0, 3, 1, 2)
+    return lambda s: torch.nn.functional.conv2d(xc, wc, None, 1, 1)
+
+
+def time_layers() -> None:
+    import cupy
+    import torch
+
+    from wino.bench.compare import configure
+    from wino.bench.timing import CupyGraphTimer, Settings, TorchGraphTimer
+
+    configure(torch)
+    settings = Settings(warmup=5, repeats=20)
+    timer, ttimer = CupyGraphTimer(settings), TorchGraphTimer(settings)
+    print(
+        "layer | fused us (spec) | unfused us | cudnn us | cudnn/fused | cudnn/unfused | "
+        "fused err | fused roofline us | L2 MB"
+    )
+    for label, fields in LAYERS:
+        problem = _layer(fields)
+        _, _, xt, wt = _device_inputs(problem, label)
+        ref = torch.nn.functional.conv2d(
+            xt.permute(0, 3, 1, 2).float(), wt.permute(0, 3, 1, 2).float(), None, 1, 1
+        )
+        ref = ref.permute(0, 2, 3, 1)
+        best = None
+        for spec in (s for s in FUSED if s.io is DType.FP16):
+            plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
+            t, y = _timed_plan(plan, xt, wt, timer)
+            if best is None or t < best[0]:
+                err = float((y.float() - ref).abs().max() / ref.abs().max())
+                best = (t, spec, err)
+        unfused = dispatch(problem, target="cuda", cache_root=ROOT, algorithm="unfused")
+        t_unfused, _ = _timed_plan(unfused, xt, wt, timer)
+        t_cudnn = ttimer.time_us(_cudnn_issue(torch, xt, wt))
+        t_fused, spec, err = best
+        print(
+            f"{label} {problem.label()} | {t_fused:.1f} ({spec.name}) | {t_unfused:.1f} | "
+            f"{t_cudnn:.1f} | {t_cudnn / t_fused:.2f}x | {t_cudnn / t_unfused:.2f}x | "
+            f"{err:.1e} (bound {bound_for(spec.tile, DType.FP16, DType.FP16):.0e}) | "
+            f"{_roofline_us(spec, problem):.1f} | {_l2_bytes(spec, problem) / 1e6:.0f}"
+        )
+        del xt, wt, ref
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+def sanitize() -> None:
+    """One small fused plan per MMA dtype pairing (compute-sanitizer runs this)."""
+    for spec in (FUSED[0], next(s for s in FUSED if s.mdtype is DType.BF16)):
+        problem = _problem(spec.io, C=48, K=40, H=9, W=10)
+        plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
+        _, _, xt, wt = _device_inputs(problem, "sanitize")
+        _run_poisoned(plan, xt, wt)
+        import torch
+
+        torch.cuda.synchronize()
+        print(f"sanitize: ran {spec.name} on {problem.label()}")
+
+
+if __name__ == "__main__":
+    step = sys.argv[1] if len(sys.argv) > 1 else ""
+    steps = {"build": build, "check": check, "time": time_layers, "sanitize": sanitize}
+    if step not in steps:
+        sys.exit(f"usage: gpu_fused.py {{{'|'.join(steps)}}}")
+    sys.exit(1 if steps[step]() else 0)

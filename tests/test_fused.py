@@ -1,0 +1,245 @@
+"""The fused kernel (KF, plan kind fused2d_rt) on the host: the same kernel text the GPUs run,
+under the workgroup emulation, with the MMA rendered as per-thread scalar loops.
+
+Every grid spec against the float64 reference within the per-tile, per-dtype bounds of
+wino.runtime.verify, on odd extents, with NaN-poisoned y and workspace (every output and every
+workspace element written); both U-chunk copy paths (16-byte async copies when C/G % 8 == 0,
+element copies otherwise); dilation, groups, several channel blocks, batch split; dispatch's
+choice and explain; refusals by rule id."""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+from tests import host_cache
+from wino import grid
+from wino.codegen.render import render
+from wino.fused import FusedBudget
+from wino.launch import stage_launch
+from wino.pick import default_fused_specs
+from wino.problem import Problem
+from wino.refusals import Refused, spec_refusal
+from wino.runtime import conv2d_reference, dispatch, relative_error
+from wino.runtime.arrays import numpy_dtype
+from wino.runtime.plan import _pick_algorithm
+from wino.runtime.verify import bound_for
+from wino.specs import RtFusedSpec
+from wino.vocab import DType, Prescale, Stage, Tile
+
+FUSED = grid.aot_stage_specs(Stage.FUSED)
+
+
+def _pipeline(spec: RtFusedSpec, problem: Problem) -> dict[Stage, object]:
+    """K1 (U in the MMA dtype), K2a when the spec reads tile scales, and the spec."""
+    picks = default_fused_specs(problem, spec.tile, spec.io, spec.mdtype)
+    picks[Stage.FUSED] = spec
+    if spec.prescale is not Prescale.SPLIT:
+        picks.pop(Stage.PRESCALE, None)
+    return picks
+
+
+def _problem(dtype: DType, **fields) -> Problem:
+    base = dict(N=2, C=37, H=13, W=11, K=21, pad_h=1, pad_w=1)
+    return Problem(**{**base, **fields}, dtype=dtype)
+
+
+#: (id, problem fields): odd extents; C/G % 8 == 0 (the async U copy); several channel blocks
+#: and chunks; dilation; groups (odd and aligned C/G); no padding; a batch split.
+SHAPES = [
+    ("odd", {}),
+    ("c48_k40", {"C": 48, "K": 40, "H": 9, "W": 10}),
+    ("dil2x3", {"C": 19, "K": 11, "H": 17, "W": 19, "dil_h": 2, "dil_w": 3, "pad_h": 2}),
+    ("g3_odd", {"C": 27, "K": 15, "groups": 3}),
+    ("g2_c32", {"C": 64, "K": 40, "H": 7, "W": 9, "groups": 2}),
+    ("pad0", {"N": 1, "C": 33, "K": 17, "H": 10, "W": 8, "pad_h": 0, "pad_w": 0}),
+]
+
+
+def _cases():
+    return list(_each_case())
+
+
+def _each_case():
+    for spec in FUSED:
+        for shape_id, fields in SHAPES:
+            if spec.tiles == 64 and shape_id not in ("odd", "c48_k40"):
+                continue  # the larger block adds no index path the 32-tile spec misses
+            yield pytest.param(spec, _problem(spec.io, **fields), id=f"{spec.name}-{shape_id}")
+
+
+@pytest.fixture(scope="session")
+def root(tmp_path_factory):
+    """One host cache with every grid KF spec and the K1 / K2a kernels they go with."""
+    folder = tmp_path_factory.mktemp("fused-cache")
+    specs = set()
+    for spec in FUSED:
+        for _, fields in SHAPES:
+            specs.update(_pipeline(spec, _problem(spec.io, **fields)).values())
+    host_cache.build(sorted(specs, key=lambda s: s.name), folder)
+    return folder
+
+
+def _rng(text: str) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(text.encode()))
+
+
+def run_poisoned(plan, seed: str, **run_options):
+    """N(0,1) inputs; y all NaN and the workspace all 0xFF bytes (NaN in every view). Returns
+    (y, relative error); asserts every output and every workspace element was written."""
+    p = plan.problem
+    rng = _rng(seed)
+    dtype = numpy_dtype(p.dtype)
+    x = rng.standard_normal((p.N, p.H, p.W, p.C)).astype(dtype)
+    w = rng.standard_normal((p.K, 3, 3, p.Cg)).astype(dtype)
+    y = np.full((p.N, p.Ho, p.Wo, p.K), np.nan, dtype=dtype)
+    workspace = np.full(plan.workspace_bytes, 0xFF, dtype=np.uint8)
+    assert plan.run(x, w, y=y, workspace=workspace, **run_options) is y
+    unwritten = np.count_nonzero(~np.isfinite(y.astype(np.float32)))
+    assert unwritten == 0, f"{unwritten} of {y.size} outputs unwritten"
+    views = plan.backend().workspace(plan, workspace, plan.batch_split)
+    expected = {"U", "fs"} | ({"ts"} if plan.prescale is Prescale.SPLIT else set())
+    assert set(views) == expected  # V and M stay on chip
+    for name, view in views.items():
+        assert np.isfinite(view.astype(np.float32)).all(), f"{name} has unwritten elements"
+    ref = conv2d_reference(x, w, (p.pad_h, p.pad_w), (p.dil_h, p.dil_w), p.groups)
+    return y, relative_error(y, ref)
+
+
+# Numerics: every grid spec x the shapes ----------------------------------------------------------
+@pytest.mark.parametrize("spec, problem", _cases())
+def test_fused_matches_reference(spec, problem, root):
+    plan = dispatch(problem, target="c", cache_root=root, specs=_pipeline(spec, problem))
+    assert plan.kind == "fused2d_rt" and plan.steps[-1].name == spec.name
+    _, error = run_poisoned(plan, spec.name + problem.label())
+    bound = bound_for(spec.tile, spec.io, spec.mdtype)
+    assert error <= bound, f"{spec.name}: error {error:.3g} over the bound {bound:.3g}"
+    assert error > 0  # a 16-bit Winograd pipeline is never exact on N(0,1) data
+
+
+def test_batch_split_changes_no_bit(root):
+    spec = next(s for s in FUSED if s.tile == Tile(4, 4) and s.io is DType.FP16)
+    problem = _problem(DType.FP16, N=3, C=40, K=24)
+    specs = _pipeline(spec, problem)
+    whole = dispatch(problem, target="c", cache_root=root, specs=specs)
+    split = dispatch(problem, target="c", cache_root=root, specs=specs, batch_split=2)
+    assert split.chunks == [(0, 2), (2, 1)]
+    y_whole, _ = run_poisoned(whole, "split")
+    y_split, _ = run_poisoned(split, "split")
+    assert np.array_equal(y_whole.view(np.uint16), y_split.view(np.uint16))
+
+
+def test_transform_filter_reused(root):
+    spec = next(s for s in FUSED if s.tile == Tile(2, 2) and s.mdtype is DType.BF16)
+    problem = _problem(DType.BF16, C=32, K=16)
+    plan = dispatch(problem, target="c", cache_root=root, specs=_pipeline(spec, problem))
+    rng = _rng("reuse")
+    x = rng.standard_normal((problem.N, problem.H, problem.W, problem.C)).astype(
+        numpy_dtype(DType.BF16)
+    )
+    w = rng.standard_normal((problem.K, 3, 3, problem.Cg)).astype(numpy_dtype(DType.BF16))
+    u = plan.transform_filter(w)
+    assert np.array_equal(plan.run(x, U=u).view(np.uint16), plan.run(x, w).view(np.uint16))
+
+
+# Dispatch ----------------------------------------------------------------------------------------
+def test_default_is_unfused_and_explain_says_why(root):
+    problem = _problem(DType.FP16)
+    specs = default_fused_specs(problem, Tile(2, 2))
+    plan = dispatch(problem, target="c", cache_root=root, specs=specs)
+    assert plan.kind == "fused2d_rt"
+    assert "caller's specs include a fused (kf) kernel" in plan.explain()
+    forced = dispatch(problem, target="c", cache_root=root, tile="F2x2", algorithm="fused")
+    assert forced.kind == "fused2d_rt"
+    assert [s.stage for s in forced.steps] == [Stage.FILTER, Stage.PRESCALE, Stage.FUSED]
+    assert "forced by algorithm='fused'" in forced.explain()
+    assert set(forced.layout()) == {"U", "fs", "ts"}  # V and M stay on chip
+    kind, why = _pick_algorithm(None, None)
+    assert kind == "unfused2d_rt" and "until a measured crossover" in why
+
+
+def test_unknown_algorithm_is_refused_by_name(root):
+    with pytest.raises(ValueError, match="algorithm 'fft'.*'fused'"):
+        dispatch(_problem(DType.FP16), target="c", cache_root=root, algorithm="fft")
+
+
+def test_specs_and_algorithm_must_agree(root):
+    problem = _problem(DType.FP16)
+    specs = default_fused_specs(problem, Tile(2, 2))
+    with pytest.raises(ValueError, match="unfused2d_rt"):
+        dispatch(problem, target="c", cache_root=root, specs=specs, algorithm="unfused")
+
+
+def test_fp32_has_no_fused_kernel(root):
+    with pytest.raises(Refused) as info:
+        dispatch(_problem(DType.FP32), target="c", cache_root=root, algorithm="fused")
+    assert info.value.rule == "fused_io_fp32"
+
+
+def test_tile_without_fused_kernel(root):
+    with pytest.raises(Refused) as info:
+        dispatch(_problem(DType.FP16), target="c", cache_root=root, tile="F6x6", algorithm="fused")
+    assert info.value.rule == "fused_no_kernel"
+    assert "F2x2" in info.value.message and "F4x4" in info.value.message
+
+
+# Refusal rules -----------------------------------------------------------------------------------
+BROKEN = [
+    (dict(io=DType.FP32, mdtype=DType.FP32, prescale=Prescale.NONE), "fused_io_fp32"),
+    (dict(io=DType.FP16, mdtype=DType.BF16, prescale=Prescale.NONE), "fused_mma_dtype"),
+    (dict(prescale=Prescale.NONE), "fused_fp16_needs_prescale"),
+    (dict(io=DType.BF16, mdtype=DType.BF16, prescale=Prescale.SPLIT), "fused_prescale_needs_fp16"),
+    (dict(tiles=24), "fused_tiles_not_mma_m"),
+    (dict(kblock=12), "fused_kblock_not_mma_n"),
+    (dict(cchunk=8), "fused_cchunk_not_mma_k"),
+    (dict(warps=33), "fused_block_too_large"),
+    (dict(warps=0), "fused_block_too_large"),
+    (dict(warps=5), "fused_units_not_even"),
+    (dict(tiles=64, kblock=32), "fused_accumulators"),
+    (dict(tile=Tile(6, 6), tiles=64, kblock=8, cchunk=128, warps=16), "fused_shared_memory"),
+    (dict(stages=3), "fused_stages_unsupported"),
+    (dict(stages=0), "fused_stages_unsupported"),
+]
+
+
+@pytest.mark.parametrize("changes, rule", BROKEN, ids=[r for _, r in BROKEN])
+def test_spec_rules(changes, rule):
+    refusal = spec_refusal(RtFusedSpec(**changes))
+    assert refusal is not None and refusal.rule == rule, refusal
+
+
+def test_grid_y_rule():
+    spec = RtFusedSpec(tile=Tile(2, 2), tiles=16, kblock=8, warps=1)
+    problem = Problem(N=1, C=70000, H=4, W=4, K=70000, groups=70000, dtype=DType.FP16)
+    with pytest.raises(Refused) as info:
+        stage_launch(spec, problem)
+    assert info.value.rule == "fused_grid_y_too_large"
+
+
+def test_budget_arithmetic():
+    b = FusedBudget.of(RtFusedSpec(tile=Tile(4, 4), tiles=32, kblock=16, cchunk=16, warps=8))
+    assert b.lda == 24
+    assert (b.xs_elems, b.us_elems) == (36 * 32 * 24, 36 * 16 * 24)
+    assert b.units == 36 * 2 * 2 and b.acc_per_thread == 4 * 144 // 8
+    assert b.smem_bytes == (36 * 32 * 24 + 36 * 16 * 24) * 2  # over Ms = 36 * 32 * 8 * 4
+
+
+def test_default_picks_have_no_refused_spec():
+    for spec in FUSED:
+        assert spec_refusal(spec) is None
+        assert FusedBudget.of(spec).acc_per_thread <= 128
+
+
+# Rendering ---------------------------------------------------------------------------------------
+def test_one_template_three_dialects():
+    spec = FUSED[0]
+    cuda, c, hip = (render(spec, t) for t in ("cuda", "c", "hip"))
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in cuda
+    assert "cp.async.cg.shared.global" in cuda and "extern __shared__" in cuda
+    for text in (c, hip):
+        assert "asm" not in text and "for (int k = 0; k < 16; ++k)" in text
+    assert "float acc[256][" in c and "acc[tid]" in c
+    bf16 = next(s for s in FUSED if s.mdtype is DType.BF16)
+    assert ".f32.bf16.bf16.f32" in render(bf16, "cuda")
