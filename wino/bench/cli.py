@@ -140,8 +140,9 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--compare",
-        choices=[Compare.CUDNN.value],
-        help="time PyTorch's conv2d (cuDNN) on the same tensors (cuda only)",
+        choices=[c.value for c in Compare],
+        help="time a direct convolution on the same tensors: cudnn (PyTorch, cuda target) or "
+        "onnxruntime (its CPU Conv with the same threads, c target; the onnx extra)",
     )
     parser.add_argument(
         "--overhead",
@@ -252,6 +253,18 @@ def _device(args: argparse.Namespace, target):
     return with_final(open_device(target, args.cache_root), args.warmup, args.repeats)
 
 
+def _check_compare(engine: str, target) -> None:
+    """The engine runs beside this target and is installed (else a message saying what to do)."""
+    from .compare import ENGINES, import_onnxruntime
+
+    if ENGINES[engine] != target.value:
+        raise ValueError(
+            f"--compare {engine} needs the {ENGINES[engine]} target (--target {ENGINES[engine]})"
+        )
+    if engine == "onnxruntime":
+        import_onnxruntime()
+
+
 def sweep_options(
     args: argparse.Namespace,
     verify: bool,
@@ -264,8 +277,8 @@ def sweep_options(
 
     target = _target(args.target)
     compare = None if compare is None else coerce(Compare, compare, "--compare")
-    if compare is Compare.CUDNN and target.value != "cuda":
-        raise ValueError("--compare cudnn needs the cuda target (PyTorch on the GPU)")
+    if compare is not None:
+        _check_compare(compare.value, target)
     if skip_measured and args.results is None:
         raise ValueError("--skip-measured needs --results (the CSV to resume)")
     if args.candidates is not None and args.candidates < 1:
@@ -325,18 +338,23 @@ def overhead(args: argparse.Namespace) -> int:
 
 
 def bench(args: argparse.Namespace) -> int:
+    from .compare import EngineUnavailable
     from .progress import Progress
 
     if args.overhead:
         return overhead(args)
 
     cases, bad = gather_cases(args)
-    if args.dask:
-        from ..scale.sweep import run_dask
+    try:
+        if args.dask:
+            from ..scale.sweep import run_dask
 
-        setup = sweep_options(args, args.verify, args.compare, args.skip_measured)
-        return with_bad_lines(run_dask(args, cases, *setup, tune=False), bad)
-    sweep = build_sweep(args, args.verify, args.compare, args.skip_measured)
+            setup = sweep_options(args, args.verify, args.compare, args.skip_measured)
+            return with_bad_lines(run_dask(args, cases, *setup, tune=False), bad)
+        sweep = build_sweep(args, args.verify, args.compare, args.skip_measured)
+    except EngineUnavailable as missing:
+        print(f"wino bench: skipped: {missing}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     _header("bench", sweep, cases)
     code = sweep.run(cases, Progress(len(cases), True if args.progress else None))
     return with_bad_lines(code, bad)

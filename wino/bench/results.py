@@ -177,14 +177,19 @@ def best_wino(rows: Iterable[Row]) -> Row | None:
     return min(pool, key=lambda r: num(r, "total_us")) if pool else None
 
 
+#: The engines a wino row is compared with (``wino bench --compare``).
+DIRECT_ENGINES = ("cudnn", "onnxruntime")
+
+
 def annotate(rows: list[Row]) -> list[Row]:
-    """Per case: ``speedup`` on the wino rows (cuDNN time / wino time) and the ``winner`` on
-    every row (``wino <tile>`` or ``cudnn``), when the case has a cuDNN row."""
+    """Per case: ``speedup`` on the wino rows (direct time / wino time) and the ``winner`` on
+    every row (``wino <tile>`` or the engine), when the case has a direct engine's row (cuDNN
+    or onnxruntime)."""
     by_case: dict[tuple[str, str], list[Row]] = {}
     for row in rows:
         by_case.setdefault((row["target"], row["case"]), []).append(row)
     for case_rows in by_case.values():
-        cudnn = next((r for r in case_rows if r["engine"] == "cudnn"), None)
+        cudnn = next((r for r in case_rows if r["engine"] in DIRECT_ENGINES), None)
         cudnn_us = num(cudnn, "total_us") if cudnn else None
         if not cudnn_us:
             continue
@@ -193,7 +198,7 @@ def annotate(rows: list[Row]) -> list[Row]:
                 row["speedup"] = fmt(cudnn_us / num(row, "total_us"))
         best = best_wino(case_rows)
         won = best is not None and num(best, "total_us") < cudnn_us
-        winner = f"wino {best['tile']}" if won else "cudnn"
+        winner = f"wino {best['tile']}" if won else cudnn["engine"]
         for row in case_rows:
             row["winner"] = winner
     return rows

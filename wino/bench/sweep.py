@@ -33,7 +33,7 @@ class Options:
     tiles: tuple[Tile, ...] = TILES
     timing: Timing = Timing.BLOCK
     verify: bool = False
-    compare: Compare | None = None
+    compare: Compare | None = None  # the direct engine (compare.ENGINES, by value)
     candidate_limit: int | None = None  # candidates per stage; None: the device's default
     cache_root: Path | None = None
     recheck: bool = False  # time each tile's pipeline twice (wino tune's noise check)
@@ -120,11 +120,11 @@ def bench_case(problem: Problem, device: Device, options: Options, say: Say) -> 
         if tile_run is not None:
             run.tiles.append(tile_run)
             say(tile_line(problem, tile_run))
-    if options.compare is Compare.CUDNN:
-        from .compare import cudnn
+    if options.compare is not None:
+        from .compare import compare
 
-        run.direct = cudnn(problem, device, operands, ref)
-        say(direct_line(problem, run.direct))
+        run.direct = compare(options.compare.value, problem, device, operands, ref)
+        say(direct_line(problem, options.compare.value, run.direct))
     return run
 
 
@@ -217,9 +217,11 @@ def tile_line(problem: Problem, run: TileRun) -> str:
     )
 
 
-def direct_line(problem: Problem, direct: DirectResult) -> str:
+def direct_line(problem: Problem, engine: str, direct: DirectResult) -> str:
     check = "  unverified" if direct.error is None else f"  err {direct.error:.2g}"
-    return f"  cudnn {direct.time_us:12.1f} us {tflops(problem, direct.time_us):9.3f} TFLOPS{check}"
+    return (
+        f"  {engine} {direct.time_us:12.1f} us {tflops(problem, direct.time_us):9.3f} TFLOPS{check}"
+    )
 
 
 # Rows ----------------------------------------------------------------------------------------
@@ -274,12 +276,12 @@ def verified_cell(error: float | None, ok: bool) -> str:
     return "yes" if ok else "no"
 
 
-def direct_row(problem: Problem, direct: DirectResult, device: Device) -> results.Row:
+def direct_row(problem: Problem, engine: str, direct: DirectResult, device: Device) -> results.Row:
     row = case_columns(problem, device.target.value)
     bound = accuracy.tolerance(None, problem.dtype)
     ok = direct.error is not None and accuracy.passes(direct.error, bound)
     row.update(
-        engine="cudnn",
+        engine=engine,
         timing="block",
         total_us=results.fmt(direct.time_us, 6),
         tflops=results.fmt(tflops(problem, direct.time_us), 6),
@@ -290,10 +292,12 @@ def direct_row(problem: Problem, direct: DirectResult, device: Device) -> result
     return row
 
 
-def case_rows(run: CaseRun, device: Device, timing: Timing) -> list[results.Row]:
+def case_rows(
+    run: CaseRun, device: Device, timing: Timing, engine: Compare | None = None
+) -> list[results.Row]:
     rows = [tile_row(run.problem, t, device, timing) for t in run.tiles]
     if run.direct is not None:
-        rows.append(direct_row(run.problem, run.direct, device))
+        rows.append(direct_row(run.problem, engine.value, run.direct, device))
     return results.annotate(rows)
 
 
@@ -333,9 +337,11 @@ def winner_line(rows: list[results.Row]) -> str | None:
     best = results.best_wino(rows)
     if best is None or not best.get("speedup"):
         return f"  winner: {rows[0]['winner']}"
+    engine = next(r["engine"] for r in rows if r["engine"] in results.DIRECT_ENGINES)
+    name = {"cudnn": "cuDNN"}.get(engine, engine)
     return (
         f"  winner: {rows[0]['winner']} (best wino, {best['tile']}: "
-        f"{float(best['speedup']):.3g}x cuDNN's speed)"
+        f"{float(best['speedup']):.3g}x {name}'s speed)"
     )
 
 
@@ -354,7 +360,8 @@ class Sweep:
 
     @property
     def engines(self) -> tuple[str, ...]:
-        return ("wino", "cudnn") if self.options.compare == "cudnn" else ("wino",)
+        compare = self.options.compare
+        return ("wino", compare) if compare else ("wino",)
 
     def run(self, cases: list[Problem], progress) -> int:
         """Measure the cases, print the Best line (last); returns the exit code."""
@@ -397,7 +404,7 @@ class Sweep:
     def measure(self, problem: Problem, say: Say) -> None:
         run = bench_case(problem, self.device, self.options, say)
         self.runs.append(run)
-        new = case_rows(run, self.device, self.options.timing)
+        new = case_rows(run, self.device, self.options.timing, self.options.compare)
         line = winner_line(new)
         if line:
             say(line)

@@ -168,6 +168,17 @@ class CRenderer(Renderer):
     """Host C11 + OpenMP: workgroup-loop emulation of the kernel text."""
 
     target = Target.C
+    #: The block body twice in one portable binary: for any x86-64 and for x86-64-v3 (AVX2,
+    #: FMA, F16C: hardware half conversions, 8-wide lanes), picked once at load (ifunc).
+    #: -std=c11 keeps -ffp-contract=off, so both bodies round alike (no FMA contraction).
+    CLONES = (
+        "/* x86-64-v3 body beside the portable one, chosen at load (GNU ifunc). */\n"
+        "#if defined(__x86_64__) && defined(__ELF__) && defined(__GNUC__)\n"
+        '#define WINO_CLONES __attribute__((target_clones("default", "arch=x86-64-v3")))\n'
+        "#else\n"
+        "#define WINO_CLONES\n"
+        "#endif\n"
+    )
 
     def f2u(self, x: str) -> str:
         return f"wino_f2u({x})"
@@ -192,6 +203,7 @@ class CRenderer(Renderer):
             "{ _Float16 f; memcpy(&f, &h, 2); return (float)f; }\n"
             "static inline unsigned short wino_f2h(float x) "
             "{ _Float16 f = (_Float16)x; unsigned short h; memcpy(&h, &f, 2); return h; }\n"
+            + self.CLONES
         )
 
     def args_source(self) -> str:
@@ -208,7 +220,8 @@ class CRenderer(Renderer):
     ) -> str:
         self.block = block
         return (
-            f"static void {name}_block(const struct wino_args* A_in, {self._signature(params)},"
+            f"WINO_CLONES static void {name}_block("
+            f"const struct wino_args* A_in, {self._signature(params)},"
             f" unsigned bx, unsigned by)\n{{\n"
             f"  const struct wino_args A = {self.args_init()};\n"
             "  (void)A; (void)bx; (void)by;"
@@ -233,10 +246,11 @@ class CRenderer(Renderer):
         args = ", ".join(n for _, n in params)
         return (
             "}\n}\n\n"
-            f"/* Entry point: runs the grid gx x gy of {self.block}-thread workgroups. */\n"
+            f"/* Entry point: runs the grid gx x gy of {self.block}-thread workgroups, handed to\n"
+            " * the OpenMP threads one at a time (a thread the OS holds back stalls no share). */\n"
             f"void {name}(const struct wino_args* A_in, {self._signature(params)},"
             " unsigned gx, unsigned gy)\n{\n"
-            "  #pragma omp parallel for collapse(2) schedule(static)\n"
+            "  #pragma omp parallel for collapse(2) schedule(dynamic, 1)\n"
             "  for (long by = 0; by < (long)gy; ++by)\n"
             "    for (long bx = 0; bx < (long)gx; ++bx)\n"
             f"      {name}_block(A_in, {args}, (unsigned)bx, (unsigned)by);\n"

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from .. import cache
 from ..vocab import DType
@@ -83,9 +87,11 @@ class HostBackend(Backend):
     def __init__(self, manifest: cache.Manifest):
         super().__init__(manifest)
         self._functions: dict[str, ctypes._CFuncPtr] = {}
+        self._gemm = HostGemm(host_threads())
 
     def function(self, name: str):
         if name not in self._functions:
+            passive_openmp()
             entry = self.manifest.kernel(name)
             library = ctypes.CDLL(str(entry.path))
             self._functions[name] = getattr(library, entry.symbol)
@@ -178,18 +184,91 @@ class HostBackend(Backend):
             and array.dtype == numpy_dtype(dtype)
         )
 
-    @staticmethod
-    def gemm(step: GemmStep, V: np.ndarray, U: np.ndarray, M: np.ndarray, images: int) -> None:
-        """M[a][g] = V[a][g] . U[a][g]^T in fp32 (16-bit operands widened, fp32 accumulate).
+    def gemm(self, step: GemmStep, V, U, M, images: int) -> None:
+        """M[a][g] = V[a][g] . U[a][g]^T in fp32 (16-bit operands widened, fp32 accumulate)."""
+        self._gemm.run(V, U, M)
 
-        One BLAS GEMM per (bin, group, image): a BLAS kernel's blocking, and so its rounding,
-        depends on the row count, and per image the row count is the same for every batch
-        split, so a split changes no bit of the result."""
+
+class HostGemm:
+    """K3 on the host: one single-threaded BLAS GEMM per (bin, group) over the whole chunk,
+    taken one at a time by ``threads`` workers (the calling thread and a kept pool; the
+    kernels' OpenMP width), so a worker the OS holds back delays no other's share.
+
+    Why not the BLAS's own threads: numpy's OpenBLAS splits each GEMM of a Winograd chunk
+    (a few hundred rows) over its threads and synchronises them per call; on a small, shared
+    machine that costs more than the GEMM (measured: 5-20x slower than one thread per GEMM).
+    The BLAS is held to one thread (threadpoolctl) while the workers run.
+
+    A row's result does not depend on the chunk: OpenBLAS's sgemm kernels accumulate each
+    element over C/G in the same order for any row count, so a batch split changes no bit
+    (tests/test_runtime_host.py checks it). 16-bit operands are widened one bin at a time into
+    per-worker fp32 scratch that is kept between calls (no allocation per call once warm)."""
+
+    def __init__(self, threads: int):
+        self.threads = max(1, threads)
+        self._pool = None
+        self._controller = None
+        self._scratch: dict[tuple[int, str], np.ndarray] = {}
+        self._lock = threading.Lock()  # one K3 at a time per backend: the scratch is shared
+
+    def _limit_blas(self):
+        if self._controller is None:
+            self._controller = ThreadpoolController()
+        return self._controller.limit(limits=1, user_api="blas")
+
+    def _buffer(self, worker: int, label: str, shape: tuple[int, ...]) -> np.ndarray:
+        count = int(np.prod(shape))
+        held = self._scratch.get((worker, label))
+        if held is None or held.size < count:
+            held = self._scratch[(worker, label)] = np.empty(count, np.float32)
+        return held[:count].reshape(shape)
+
+    def run(self, V: np.ndarray, U: np.ndarray, M: np.ndarray) -> None:
         a, g, p, cg = V.shape
         kg = M.shape[-1]
-        v = V.reshape(a, g, images, p // images, cg).astype(np.float32, copy=False)
-        u = U.reshape(a, g, 1, kg, cg).astype(np.float32, copy=False).swapaxes(-1, -2)
-        if M.dtype == np.float32:
-            np.matmul(v, u, out=M.reshape(a, g, images, p // images, kg))
-        else:
-            M[...] = np.matmul(v, u).reshape(M.shape).astype(M.dtype)
+        v, u, m = V.reshape(a * g, p, cg), U.reshape(a * g, kg, cg), M.reshape(a * g, p, kg)
+        jobs = iter(range(a * g))  # shared; a range iterator's next() is atomic under the GIL
+        helpers = min(self.threads, a * g) - 1
+        with self._lock, self._limit_blas():
+            if helpers and self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="wino-k3")
+            futures = [self._pool.submit(self._drain, i + 1, jobs, v, u, m) for i in range(helpers)]
+            self._drain(0, jobs, v, u, m)
+            for future in futures:
+                future.result()
+
+    def _drain(self, worker: int, jobs, v, u, m) -> None:
+        """Take GEMMs from ``jobs`` until none is left: M[b] = V[b] . U[b]^T."""
+        widen = not (v.dtype == u.dtype == m.dtype == np.float32)
+        if widen:
+            vs = self._buffer(worker, "V", v.shape[1:])
+            us = self._buffer(worker, "U", u.shape[1:])
+            ms = None if m.dtype == np.float32 else self._buffer(worker, "M", m.shape[1:])
+        for b in jobs:
+            if not widen:
+                np.matmul(v[b], u[b].T, out=m[b])
+                continue
+            np.copyto(vs, v[b], casting="unsafe")
+            np.copyto(us, u[b], casting="unsafe")
+            if ms is None:
+                np.matmul(vs, us.T, out=m[b])
+            else:
+                np.matmul(vs, us.T, out=ms)
+                np.copyto(m[b], ms, casting="unsafe")
+
+
+def passive_openmp() -> None:
+    """Ask the kernels' OpenMP runtime to sleep, not spin, between kernels (unless the caller
+    chose: OMP_WAIT_POLICY set). Between K2 and K4 the cores belong to K3's BLAS workers; a
+    spinning OpenMP thread takes one of them. Read by libgomp when it loads with the first
+    kernel; a no-op when it is already loaded."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def host_threads() -> int:
+    """The OpenMP width the kernels run with: OMP_NUM_THREADS (its first level) when set, else
+    the CPUs this process may run on."""
+    value = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

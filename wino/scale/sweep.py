@@ -26,7 +26,7 @@ from pathlib import Path
 from ..bench import results
 from ..bench.cases import case_key, select_cases
 from ..bench.device import open_device, with_final
-from ..bench.sweep import Compare, Options, Sweep, best_line, exit_code
+from ..bench.sweep import Options, Sweep, best_line, exit_code
 from ..cache import MANIFEST, cache_root
 from ..problem import Problem
 from ..specs import StageSpec
@@ -275,7 +275,7 @@ def run_dask(
     ``target``, ``options``): the exit code (as the serial command's)."""
     from ..bench.progress import Progress
 
-    engines = ("wino", "cudnn") if options.compare is Compare.CUDNN else ("wino",)
+    engines = ("wino", options.compare.value) if options.compare else ("wino",)
     todo = _todo(cases, args, target, engines)
     with connect(args.dask, gpus=target is Target.CUDA) as client:
         resource = GPU if target is Target.CUDA else None
