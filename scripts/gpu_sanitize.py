@@ -12,6 +12,7 @@ split prescale (K2a), a vec-1 split register K2, and every LDS-region K2 of the 
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections import Counter
@@ -87,6 +88,17 @@ def _arrays(problem: Problem, target: str, rng: np.random.Generator):
     return [cp.asarray(rng.standard_normal(s), dtype=dtype) for s in shapes]
 
 
+def _workspace(plan, target: str):
+    """None (the plan allocates it), or with WINO_SANITIZE_ZERO_WORKSPACE=1 a zero-filled one:
+    initcheck then counts only reads of memory no operation wrote, the workspace excepted (to
+    tell reads of M, which cuBLAS writes, from reads outside every buffer)."""
+    if target != "cuda" or os.environ.get("WINO_SANITIZE_ZERO_WORKSPACE", "") in ("", "0"):
+        return None
+    import cupy as cp
+
+    return cp.zeros(plan.workspace_bytes, dtype=cp.uint8)
+
+
 def run(root: Path, target: str = "cuda") -> None:
     from wino.runtime import dispatch
 
@@ -94,7 +106,7 @@ def run(root: Path, target: str = "cuda") -> None:
     for label, problem, specs in cases():
         plan = dispatch(problem, target=target, cache_root=root, specs=specs)
         x, w = _arrays(problem, target, np.random.default_rng(7))
-        plan.run(x, w)
+        plan.run(x, w, workspace=_workspace(plan, target))
         if target == "cuda":
             import cupy as cp
 
