@@ -1,0 +1,58 @@
+"""scripts/gpu_sanitize.py's summary of compute-sanitizer logs: counts from each tool's summary
+line, reports inside wino's kernels fail, reports inside library kernels (cuBLAS) are listed
+apart, and a log without a summary or without the run's last line did not finish."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_sanitize.py"
+RAN = "ran 30 plans, 62 distinct kernels\n"
+CUBLAS_RACE = (
+    "========= Error: Race reported between Read access at nvjet_sm90_hss_8x64_TNN+0xb00\n"
+    "=========     and Write access at nvjet_sm90_hss_8x64_TNN+0x2770 [288 hazards]\n"
+)
+WINO_READ = (
+    "========= Uninitialized __global__ memory read of size 4 bytes\n"
+    "=========     at k4_f2x2_ifp16_afp32_v8_b256+0x3f0\n"
+)
+
+
+@pytest.fixture(scope="module")
+def sanitize():
+    spec = importlib.util.spec_from_file_location("gpu_sanitize", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "tool, text, code, shown",
+    [
+        ("memcheck", RAN + "========= ERROR SUMMARY: 0 errors\n", 0, "0 errors over 30 plans"),
+        (
+            "racecheck",
+            CUBLAS_RACE
+            + RAN
+            + "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n",
+            0,
+            "wino: none; library: nvjet_sm90_hss_8x64_TNN: 1",
+        ),
+        (
+            "initcheck",
+            WINO_READ + RAN + "========= ERROR SUMMARY: 1 error\n",
+            1,
+            "wino: k4_f2x2_ifp16_afp32_v8_b256: 1",
+        ),
+        ("initcheck", WINO_READ + "========= ERROR SUMMARY: 1 error\n", 1, "DID NOT FINISH"),
+        ("racecheck", RAN, 1, "DID NOT FINISH"),
+    ],
+)
+def test_summary(sanitize, tmp_path, capsys, tool, text, code, shown):
+    log = tmp_path / f"{tool}.log"
+    log.write_text(text)
+    assert sanitize.summarize(tool, log) == code
+    assert shown in capsys.readouterr().out
