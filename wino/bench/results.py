@@ -58,22 +58,8 @@ COLUMNS = (
 #: Columns that differ between two runs of the same sweep: the timings and the rates and ratios
 #: derived from them, and the error (fresh random operands per run). The other columns are the
 #: sweep's content: what ran (case, tile, binaries, batch split) and whether it verified.
-MEASURED = (
-    *(f"{s}_us" for s in STAGE_COLUMNS),
-    "total_us",
-    "tflops",
-    "k1_gbs",
-    "k2a_gbs",
-    "k2_gbs",
-    "k4_gbs",
-    "copy_gbs",
-    "gemm_tflops",
-    "bound_us",
-    "bound_ratio",
-    "error",
-    "speedup",
-    "winner",
-)
+#: (Written as the tail of COLUMNS from the first timing, less the verification's content.)
+MEASURED = tuple(c for c in COLUMNS[COLUMNS.index("k1_us") :] if c not in ("tolerance", "verified"))
 Row = dict[str, str]
 UNVERIFIED = "unverified"  # ``verified`` of a row that was not checked (--no-verify)
 
