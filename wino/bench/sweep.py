@@ -60,13 +60,6 @@ class TileRun:
     def verified(self) -> bool:
         return self.error is not None and accuracy.passes(self.error, self.tolerance)
 
-    @property
-    def disagreement(self) -> float | None:
-        """How far the two timings are apart, relative to the faster (None: timed once)."""
-        if self.check_us is None:
-            return None
-        return abs(self.total_us - self.check_us) / max(min(self.total_us, self.check_us), 1e-9)
-
 
 @dataclass
 class CaseRun:
