@@ -380,3 +380,16 @@ def test_epilogue_of():
         (False, "relu"),
         (True, "relu"),
     ]
+
+
+def test_graph_replays_with_the_bias(bias_plan):
+    """plan.graph(..., bias=): a replay reads the bias in place (host: a replay is a run)."""
+    plan, x, w, bias = bias_plan
+    p = plan.problem
+    y = np.empty((p.N, p.Ho, p.Wo, p.K), np.float16)
+    workspace = np.empty(plan.workspace_bytes, np.uint8)
+    graph = plan.graph(x, w, y=y, workspace=workspace, bias=bias)
+    first = y.copy()
+    bias += np.float16(1.0)
+    graph.replay()
+    assert np.array_equal(y, plan.run(x, w, bias=bias)) and not np.array_equal(y, first)

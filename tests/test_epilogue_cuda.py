@@ -145,3 +145,21 @@ def test_conv2d_and_torch_module_on_cuda(gpu_cache, monkeypatch):
     expect = epilogue_reference(ref, bias.double().cpu().numpy())
     got = yc.permute(0, 2, 3, 1).double().cpu().numpy()
     assert relative_error(got, expect) <= bound_for("F4x4", DType.FP16)
+
+
+def test_torch_graph_replay_reads_the_bias(gpu_cache):
+    """plan.graph(..., bias=) on torch tensors: a replay after an in-place bias update equals
+    an eager run with the new bias."""
+    import torch
+
+    spec = next(s for s in GRID_EPILOGUE if s.stage is Stage.OUTPUT and s.epilogue.bias)
+    problem = _problem(spec)
+    x, w, bias, _ = _operands(problem, "graph")
+    plan = dispatch(problem, target="cuda", cache_root=gpu_cache, specs=_pipeline(spec, problem))
+    y = torch.empty((problem.N, problem.Ho, problem.Wo, problem.K), dtype=x.dtype, device="cuda")
+    ws = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device="cuda")
+    graph = plan.graph(x, w, y=y, workspace=ws, bias=bias)
+    bias.add_(1.0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, plan.run(x, w, bias=bias))

@@ -178,14 +178,14 @@ class Plan:
         aliasing.check_output(y, x=x, w=w, U=U, workspace=workspace, bias=bias)
         return self.backend().run(self, x, w, y, workspace, U, stream, bias)
 
-    def graph(self, x, w=None, y=None, workspace=None, U=None):
-        """Capture ``run(x, w or U, y, workspace)`` once (one eager run first: module loads,
-        cuBLAS handle) and return a ``PlanGraph`` whose ``replay()`` re-issues it on the same
-        arrays; fill x (and w) in place between replays. ``y`` and ``workspace`` are
-        required: a replay writes where the capture did."""
+    def graph(self, x, w=None, y=None, workspace=None, U=None, bias=None):
+        """Capture ``run(x, w or U, y, workspace, bias)`` once (one eager run first: module
+        loads, cuBLAS handle) and return a ``PlanGraph`` whose ``replay()`` re-issues it on the
+        same arrays; fill x (and w, bias) in place between replays. ``y`` and ``workspace``
+        are required: a replay writes where the capture did."""
         from .graphs import capture
 
-        return capture(self, x, w, y, workspace, U)
+        return capture(self, x, w, y, workspace, U, bias)
 
 
 def kernargs_text(kernargs: dict[str, int]) -> list[str]:
