@@ -95,15 +95,15 @@ def _rng(text: str) -> np.random.Generator:
 
 
 def _operands(problem: Problem, seed: str, bias_scale: float = 1.0):
-    """x, w ~ N(0,1); a bias of alternating sign and up to 4x the convolution's largest output
-    (most channels below zero, then relu clamps, or well above it)."""
+    """x, w ~ N(0,1); a bias of alternating sign and 0.5x to 4x the convolution's largest
+    output, a different magnitude per channel (so reading another channel's bias shows)."""
     rng = _rng(seed)
     dtype = numpy_dtype(problem.dtype)
     x = rng.standard_normal((problem.N, problem.H, problem.W, problem.C)).astype(dtype)
     w = rng.standard_normal((problem.K, 3, 3, problem.Cg)).astype(dtype)
     ref = conv2d_reference(x, w, (problem.pad_h, problem.pad_w), groups=problem.groups)
     k = np.arange(problem.K)
-    magnitude = np.abs(ref).max() * (0.5 + (k % 4)) * bias_scale
+    magnitude = np.abs(ref).max() * rng.uniform(0.5, 4.0, problem.K) * bias_scale
     bias = (np.where(k % 2, -1.0, 1.0) * magnitude).astype(dtype)
     return x, w, bias, ref
 

@@ -79,7 +79,7 @@ def _operands(problem: Problem, seed: str):
         x.double().cpu().numpy(), w.double().cpu().numpy(), (1, 1), groups=problem.groups
     )
     k = np.arange(problem.K)
-    bias64 = np.where(k % 2, -1.0, 1.0) * np.abs(ref).max() * (0.5 + k % 4)
+    bias64 = np.where(k % 2, -1.0, 1.0) * np.abs(ref).max() * rng.uniform(0.5, 4.0, problem.K)
     bias = torch.from_numpy(bias64).to("cuda", dtype)
     return x, w, bias, ref
 
