@@ -76,8 +76,8 @@ def _project(root: Path) -> None:
     stages.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     k4 = root / "templates" / "k4_output.j2"
     text = k4.read_text(encoding="utf-8")
-    assert text.count("* kinv[v];") == 1
-    k4.write_text(text.replace("* kinv[v];", "* kinv[v] * (float)wino_out_scale;"), "utf-8")
+    assert text.count("* f1[v];") == 1
+    k4.write_text(text.replace("* f1[v];", "* f1[v] * (float)wino_out_scale;"), "utf-8")
 
 
 def test_a_yaml_axis_builds_and_runs(tmp_path):
