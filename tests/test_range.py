@@ -178,20 +178,22 @@ def test_fp32_extremes_on_every_k2_path(root, path):
     _fp32_check(root, tile, x / np.abs(x).max() * 2.0**-130, w * 2.0**100, specs)
 
 
+def _unscaled_specs(tile: Tile) -> dict[Stage, object]:
+    """The fp32 default pick with K2 without the tile scale (prescale none, what fp32 ran
+    before; a valid spec, no longer in the grid)."""
+    scaled = default_stage_specs(_problem("fp32"), tile)
+    k2 = scaled[Stage.INPUT]
+    none = RtInputSpec(
+        tile, DType.FP32, DType.FP32, k2.vec, 256, K2Path.REGISTER, 0, 0, Prescale.NONE
+    )
+    return {**scaled, Stage.INPUT: none}
+
+
 @pytest.fixture(scope="module")
 def unscaled(tmp_path_factory):
-    """fp32 K2 without the tile scale (prescale none, what fp32 ran before; no longer in the
-    grid), for the bit-identity check."""
+    """A cache of the unscaled fp32 pipelines, for the bit-identity check."""
     root = tmp_path_factory.mktemp("unscaled")
-    picks = {}
-    for tile in (Tile(2, 2), Tile(6, 6)):
-        scaled = default_stage_specs(_problem("fp32"), tile)
-        k2 = scaled[Stage.INPUT]
-        none = RtInputSpec(
-            tile, DType.FP32, DType.FP32, k2.vec, 256, K2Path.REGISTER, 0, 0, Prescale.NONE
-        )
-        assert none.prescale is Prescale.NONE
-        picks[tile] = {**scaled, Stage.INPUT: none}
+    picks = {tile: _unscaled_specs(tile) for tile in (Tile(2, 2), Tile(6, 6))}
     host_cache.build({s for p in picks.values() for s in p.values()}, root)
     return root, picks
 
