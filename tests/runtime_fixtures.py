@@ -252,7 +252,7 @@ def forced_cases() -> list[Case]:
             DType.FP16: [(DType.FP16, Prescale.FUSED), (DType.FP16, Prescale.SPLIT)],
             DType.BF16: [
                 (DType.FP16, Prescale.SPLIT),
-                (DType.BF16, Prescale.NONE),
+                (DType.BF16, Prescale.SPLIT),
                 (DType.FP16, Prescale.FUSED),
             ],
         }[dtype]
