@@ -3,8 +3,9 @@ the runtime's one table (``wino.runtime.verify.bound_for``).
 
 Every pipeline of a tile is held to the bound of the target's default transformed storage (fp16
 for bf16 inputs on the GPUs, fp32 for 16-bit inputs on the host), whatever its own storage: a
-bf16-storage pipeline is chosen only where it is as accurate as the default pick is expected to be. That is how the sweep picks the fastest pipeline
-that is accurate enough rather than the fastest one.
+bf16-storage pipeline is chosen only where it is as accurate as the default pick is expected to
+be. That is how the sweep picks the fastest pipeline that is accurate enough rather than the
+fastest one.
 """
 
 from __future__ import annotations

@@ -446,9 +446,7 @@ def _assemble(
         if fused:
             specs = default_fused_specs(problem, tile)
         else:
-            specs = default_stage_specs(
-                problem, tile, ranking=_ranking(manifest), target=target
-            )
+            specs = default_stage_specs(problem, tile, ranking=_ranking(manifest), target=target)
         source = "default pick"
     specs = _ordered(specs)
     if (Stage.FUSED in specs) != fused:
