@@ -17,7 +17,7 @@ from wino.runtime import conv2d_reference, dispatch, relative_error
 from wino.runtime.plan import default_tile
 from wino.runtime.registry import cuda_available
 from wino.specs import RtInputSpec
-from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Tile
+from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Target, Tile
 
 from .runtime_fixtures import issue_bound
 
@@ -51,10 +51,10 @@ def _needed_specs():
     specs = set()
     for dtype in DTYPES:
         for tile in TILES:
-            specs.update(default_stage_specs(_with(BASE, dtype), tile).values())
+            specs.update(default_stage_specs(_with(BASE, dtype), tile, target=Target.CUDA).values())
         for case in CASES:
             p = _with(case, dtype)
-            specs.update(default_stage_specs(p, default_tile(p)).values())
+            specs.update(default_stage_specs(p, default_tile(p), target=Target.CUDA).values())
     for k2 in _lds_specs() + _vec1_split():
         p = _with(BASE, k2.io.short)
         specs.update(_forced(p, k2).values())
@@ -70,7 +70,7 @@ def _vec1_split():
 
 
 def _forced(problem: Problem, k2: RtInputSpec):
-    specs = dict(default_stage_specs(problem, k2.tile))
+    specs = dict(default_stage_specs(problem, k2.tile, target=Target.CUDA))
     specs[Stage.INPUT] = k2
     if k2.prescale is Prescale.SPLIT and Stage.PRESCALE not in specs:
         from wino.specs import RtPrescaleSpec

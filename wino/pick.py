@@ -129,18 +129,18 @@ def default_stage_specs(
     dtype: DType | None = None,
     xdtype: DType | None = None,
     ranking: Ranking | None = None,
-    target: Target | None = None,
+    target: Target = Target.C,
 ) -> dict[Stage, StageSpec]:
-    """The default pick per stage for a problem (its channel extents decide, not the batch);
-    ``dtype`` overrides the problem's; ``xdtype`` defaults to ``target``'s storage for it
-    (``default_xdtype``). Without ``ranking``: among the grid's specs, always inside the grid,
-    Refused when nothing fits. With ``ranking`` (a manifest's specs): among those, and the
+    """The default pick per stage for a problem on ``target`` (the c target unless given; its
+    channel extents decide, not the batch); ``dtype`` overrides the problem's; ``xdtype``
+    defaults to the target's storage for it (``default_xdtype``: 16-bit inputs store fp32 on
+    the host, fp16 on the GPUs). Without ``ranking``: among the grid's specs, always inside the
+    grid, Refused when nothing fits. With ``ranking`` (a manifest's specs): among those, and the
     grid's pick (which names what is missing) when none of them fits."""
     tile = coerce(Tile, tile, "tile")
     dtype = problem.dtype if dtype is None else coerce(DType, dtype, "dtype")
     if xdtype is None:
-        target = None if target is None else coerce(Target, target, "target")
-        xdtype = default_xdtype(dtype, target)
+        xdtype = default_xdtype(dtype, coerce(Target, target, "target"))
     else:
         xdtype = coerce(DType, xdtype, "xdtype")
     probe = replace(problem, N=1, dtype=dtype)
