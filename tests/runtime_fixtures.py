@@ -42,6 +42,10 @@ def claimed_bound(tile: Tile, dtype: DType, xdtype: DType) -> float:
 
 
 def issue_bound(tile: Tile, dtype: DType, xdtype: DType) -> float:
+    """The issue's bound; it set none for fp32 storage of 16-bit inputs (the c target's): its
+    fp16-storage bound, the looser, holds them."""
+    if dtype is not DType.FP32 and xdtype is DType.FP32:
+        xdtype = DType.FP16
     key = f"bf16/{xdtype.short}" if dtype is DType.BF16 else dtype.short
     return ISSUE_BOUNDS[FAMILY[tile]][key]
 
