@@ -173,7 +173,7 @@ def test_verified_sweep_over_dtypes(capsys, root, tmp_path):
 
 
 def test_exit_one_when_every_pipeline_of_a_case_fails(capsys, root, monkeypatch):
-    monkeypatch.setattr(accuracy, "tolerance", lambda tile, dtype: 0.0)
+    monkeypatch.setattr(accuracy, "tolerance", lambda tile, dtype, target=None: 0.0)
     code, out, _ = _bench(capsys, root, "--miopen-cmd", SMALL, "--tile", "F4x4", "--verify")
     assert code == 1
     assert "FAIL" in out
