@@ -182,7 +182,7 @@ class RtFusedSpec(_Spec):
     tiles: int = 32
     kblock: int = 16
     cchunk: int = 16
-    warps: int = 8
+    warps: int = 12
     stages: int = 1
     prescale: Prescale = Prescale.SPLIT
     extra: tuple[tuple[str, int], ...] = ()  # YAML-declared axes (wino.axes)
