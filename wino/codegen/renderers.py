@@ -24,6 +24,7 @@ class Renderer:
     fabs = "__builtin_fabsf"
     fmax = "__builtin_fmaxf"
     unroll = ""  # pragma before fixed-count loops
+    no_unroll = ""  # pragma before a loop kept rolled (its body is large; registers are short)
     shared_qualifier = ""
     barrier_call = ""
     kernel_head = ""  # GPU: the qualifiers before a kernel's name ({block}: the block size)
@@ -274,6 +275,7 @@ class CudaRenderer(Renderer):
     fabs = "fabsf"
     fmax = "fmaxf"
     unroll = "#pragma unroll"
+    no_unroll = "#pragma unroll 1"
     shared_qualifier = "__shared__ "
     barrier_call = "__syncthreads();"
     kernel_head = 'extern "C" __global__ void __launch_bounds__({bounds})\n'
@@ -371,6 +373,7 @@ class HipRenderer(Renderer):
     fn = "static __attribute__((device, always_inline, unused)) inline"
     restrict = "__restrict__"
     unroll = "#pragma unroll"
+    no_unroll = "#pragma unroll 1"
     shared_qualifier = "__attribute__((shared)) "
     barrier_call = (
         '__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); '
