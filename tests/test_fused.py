@@ -225,9 +225,10 @@ def test_budget_arithmetic():
     assert (b.bins_per_warp, b.mt, b.nt) == (3, 2, 2)  # 3 bins of 32 x 16 per warp
     assert b.acc_per_thread == 3 * 32 * 16 // 32
     operands = (36 * 32 * 24 + 36 * 16 * 24) * 2
-    assert b.smem_bytes == operands
-    # Ms [36][32][cols + 4] fp32 must fit over the operands: 16 columns do not, 8 do.
-    assert (b.ms_cols, b.ms_ld) == (8, 12) and 36 * 32 * 12 * 4 <= operands < 36 * 32 * 20 * 4
+    # Ms [36][32][cols + 8] fp32 must fit over the operands: 16 columns do not, 8 do.
+    assert (b.ms_cols, b.ms_ld) == (8, 16) and 36 * 32 * 16 * 4 <= operands < 36 * 32 * 24 * 4
+    # The tile table (28 bytes a tile) follows.
+    assert b.table_offset == operands and b.smem_bytes == operands + 32 * 28
     # 48 accumulators + 76 other registers at 384 threads: one block per SM.
     assert b.min_blocks == 1
     f2 = FusedBudget.of(RtFusedSpec(tile=Tile(2, 2), tiles=32, kblock=32, cchunk=32, warps=8))

@@ -11,6 +11,10 @@ still multiply chunk i.)
                          the way to the output transform; it reuses the bytes of Xs and Us
                          after the C loop (``cols``: the widest multiple of 8 dividing kb that
                          fits in those bytes, so most specs take one slice, one barrier pair).
+  Tiles [tm]             per tile of the block, after both (computed once per block): the
+                         in-image masks of its input window and of its outputs (u64 each),
+                         the element offsets of its window origin in x and of its first output
+                         in y (int each), its power-of-two scale (fp32): ``TILE_BYTES`` a tile.
 Warps own whole bins: warp w multiplies bins w, w + warps, ... (``bins_per_warp``), each a
 (tm x kb) warp tile of (tm/16) x (kb/8) m16n8k16 MMAs, so every A fragment is reused across
 the kb/8 channel tiles and every B fragment across the tm/16 tile rows. Accumulators per thread:
@@ -25,7 +29,8 @@ from .specs import RtFusedSpec
 
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync m16n8k16
 PAD = 8  # elements of row padding in Xs and Us
-MS_PAD = 4  # floats of row padding in Ms (spreads the fragment stores over the banks)
+MS_PAD = 8  # floats of row padding in Ms (64-bit fragment stores of 16 lanes hit 32 banks)
+TILE_BYTES = 8 + 8 + 4 + 4 + 4  # the tile table's row: x mask, y mask, x offset, y offset, scale
 SM_REGISTERS = 65536  # 32-bit registers per SM (sm_90)
 SM_SHARED = 233472  # bytes of shared memory per SM (sm_90: 228 KB)
 BLOCK_SHARED_RESERVE = 1024  # bytes the hardware keeps per resident block
@@ -43,6 +48,7 @@ class FusedBudget:
     nt: int  # MMA tile columns of a warp tile (kblock / 8)
     bins_per_warp: int  # 0 when the bins do not split evenly (a spec rule refuses it)
     acc_per_thread: int
+    table_offset: int  # bytes from the start of shared memory to the tile table
     smem_bytes: int
     min_blocks: int  # blocks per SM the launch bounds ask the compiler to fit
 
@@ -54,23 +60,24 @@ class FusedBudget:
         operand_bytes = (xs + us) * max(spec.stages, 1) * spec.mdtype.itemsize
         cols = _slice_cols(bins * tm, kb, operand_bytes)
         ms_ld = cols + MS_PAD
-        smem = -(-max(operand_bytes, bins * tm * ms_ld * 4) // 16) * 16
+        table = -(-max(operand_bytes, bins * tm * ms_ld * 4) // 16) * 16
+        smem = table + -(-tm * TILE_BYTES // 16) * 16
         per_warp = bins // spec.warps if spec.warps > 0 and bins % spec.warps == 0 else 0
         acc = per_warp * tm * kb // 32
-        mt, nt = tm // MMA_M, kb // MMA_N
         regs = acc + max(64, bins + REG_OVERHEAD)
         return cls(
-            lda,
-            xs,
-            us,
-            cols,
-            ms_ld,
-            mt,
-            nt,
-            per_warp,
-            acc,
-            smem,
-            _min_blocks(spec.block, regs, smem),
+            lda=lda,
+            xs_elems=xs,
+            us_elems=us,
+            ms_cols=cols,
+            ms_ld=ms_ld,
+            mt=tm // MMA_M,
+            nt=kb // MMA_N,
+            bins_per_warp=per_warp,
+            acc_per_thread=acc,
+            table_offset=table,
+            smem_bytes=smem,
+            min_blocks=_min_blocks(spec.block, regs, smem),
         )
 
 
