@@ -129,7 +129,7 @@ SPEC_BREAKERS = {
     "fused_accumulators": (RtFusedSpec(kblock=64), "192 fp32 accumulators per thread"),
     "fused_shared_memory": (
         RtFusedSpec(tile="F6x6", tiles=32, kblock=8, cchunk=128, warps=16),
-        "needs 696320 bytes of shared memory",
+        "needs 697216 bytes of shared memory",
     ),
     "fused_stages_unsupported": (RtFusedSpec(stages=3), "pipeline stages 3"),
 }
