@@ -70,7 +70,7 @@ SHARD: tuple[GoldenKernel, ...] = (
         baked=Problem(N=2, C=64, H=14, W=14, K=64, pad_h=1, pad_w=1, dtype=_F16),
     ),
     GoldenKernel(RtFusedSpec(Tile(2, 2), _F16, _F16, 32, 32, 32, 8, 1, Prescale.SPLIT)),
-    GoldenKernel(RtFusedSpec(Tile(4, 4), _BF16, _F16, 32, 16, 16, 8, 2, Prescale.SPLIT)),
+    GoldenKernel(RtFusedSpec(Tile(4, 4), _BF16, _F16, 32, 16, 32, 12, 1, Prescale.SPLIT)),
     GoldenKernel(RtFusedSpec(Tile(4, 6), _BF16, _BF16, 16, 16, 16, 4, 1, Prescale.NONE)),
 )
 
