@@ -2,8 +2,9 @@
 
     python3 scripts/gpu_fused.py build     # the CUDA cache this script needs, into $WINO_BUILD
     python3 scripts/gpu_fused.py check     # every grid KF spec on CUDA against float64
-    python3 scripts/gpu_fused.py time      # fused vs unfused vs cuDNN on public layers (fp16)
+    python3 scripts/gpu_fused.py time [fp16|bf16]  # fused vs unfused vs cuDNN on public layers
     python3 scripts/gpu_fused.py sanitize  # one small fused plan (run under compute-sanitizer)
+    python3 scripts/gpu_fused.py profile LAYER SPEC  # one layer's fused plan, twice (for ncu)
 
 Run from the repository root with CuPy and PyTorch importable (doit is not needed: the build
 goes through wino.builder.builder). scripts/gpu_fused.sh runs all four in order.
@@ -66,8 +67,8 @@ def _problem(dtype: DType, **fields) -> Problem:
     return Problem(**{**base, **fields}, dtype=dtype)
 
 
-def _layer(fields: dict) -> Problem:
-    return Problem(**fields, pad_h=1, pad_w=1, dtype=DType.FP16)
+def _layer(fields: dict, dtype: DType = DType.FP16) -> Problem:
+    return Problem(**fields, pad_h=1, pad_w=1, dtype=dtype)
 
 
 def _pipeline(spec, problem: Problem) -> dict:
@@ -84,13 +85,13 @@ def build() -> None:
         for _, fields in SHAPES:
             specs.update(_pipeline(spec, _problem(spec.io, **fields)).values())
     for _, fields in LAYERS:
-        problem = _layer(fields)
-        specs.update(
-            default_stage_specs(problem, default_tile(problem), target=Target.CUDA).values()
-        )
-        for spec in FUSED:
-            if spec.io is DType.FP16:
-                specs.update(_pipeline(spec, problem).values())
+        for dtype in (DType.FP16, DType.BF16):
+            problem = _layer(fields, dtype)
+            picks = default_stage_specs(problem, default_tile(problem), target=Target.CUDA)
+            specs.update(picks.values())
+            for spec in FUSED:
+                if spec.io is dtype:
+                    specs.update(_pipeline(spec, problem).values())
     result = builder.build(
         sorted(specs, key=lambda s: s.name), [Target.CUDA], root=ROOT, jobs=os.cpu_count() or 4
     )
@@ -129,12 +130,14 @@ def _run_poisoned(plan, xt, wt):
     return plan.run(xt, wt, y=y, workspace=workspace)
 
 
-def check() -> int:
-    """Every grid KF spec x the shapes: all outputs written, error within the bound."""
+def check(contains: str = "") -> int:
+    """Every grid KF spec (whose name contains ``contains``) x the shapes: all outputs written,
+    error within the bound."""
     import ml_dtypes  # noqa: F401
 
     failures = 0
-    for spec in FUSED:
+    chosen = [s for s in FUSED if contains in s.name]
+    for spec in chosen:
         for shape_id, fields in SHAPES:
             problem = _problem(spec.io, **fields)
             plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
@@ -152,7 +155,7 @@ def check() -> int:
                 f"{'PASS' if ok else 'FAIL'} {spec.name} {shape_id}: error {error:.2e} "
                 f"(bound {bound:.0e}), unwritten {unwritten}"
             )
-    print(f"check: {failures} failure(s) over {len(FUSED) * len(SHAPES)} cases")
+    print(f"check: {failures} failure(s) over {len(chosen) * len(SHAPES)} cases")
     return failures
 
 
@@ -201,7 +204,9 @@ def _cudnn_issue(torch, xt, wt):
     return lambda s: torch.nn.functional.conv2d(xc, wc, None, 1, 1)
 
 
-def time_layers() -> None:
+def time_layers(dtype_name: str = "fp16") -> None:
+    """Every grid KF spec of the io dtype per layer (the best is reported), the unfused default
+    plan and cuDNN, U cached, in one run on the same tensors."""
     import cupy
     import torch
 
@@ -216,14 +221,14 @@ def time_layers() -> None:
         "fused err | fused roofline us | L2 MB"
     )
     for label, fields in LAYERS:
-        problem = _layer(fields)
+        problem = _layer(fields, DType(dtype_name))
         _, _, xt, wt = _device_inputs(problem, label)
         ref = torch.nn.functional.conv2d(
             xt.permute(0, 3, 1, 2).float(), wt.permute(0, 3, 1, 2).float(), None, 1, 1
         )
         ref = ref.permute(0, 2, 3, 1)
         best = None
-        for spec in (s for s in FUSED if s.io is DType.FP16):
+        for spec in (s for s in FUSED if s.io is problem.dtype):
             plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
             t, y = _timed_plan(plan, xt, wt, timer)
             if best is None or t < best[0]:
@@ -236,7 +241,7 @@ def time_layers() -> None:
         print(
             f"{label} {problem.label()} | {t_fused:.1f} ({spec.name}) | {t_unfused:.1f} | "
             f"{t_cudnn:.1f} | {t_cudnn / t_fused:.2f}x | {t_cudnn / t_unfused:.2f}x | "
-            f"{err:.1e} (bound {bound_for(spec.tile, DType.FP16, DType.FP16):.0e}) | "
+            f"{err:.1e} (bound {bound_for(spec.tile, spec.io, spec.mdtype):.0e}) | "
             f"{_roofline_us(spec, problem):.1f} | {_l2_bytes(spec, problem) / 1e6:.0f}"
         )
         del xt, wt, ref
@@ -256,9 +261,33 @@ def sanitize() -> None:
         print(f"sanitize: ran {spec.name} on {problem.label()}")
 
 
+def profile(layer: str, spec_name: str) -> None:
+    """The layer's fused plan with the named KF spec, U cached, run twice (ncu profiles one
+    launch: ``ncu -k regex:kf_ --launch-skip 1 -c 1``)."""
+    import cupy
+    import torch
+
+    spec = next(s for s in FUSED if s.name == spec_name)
+    problem = _layer(dict(LAYERS)[layer], spec.io)
+    plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
+    _, _, xt, wt = _device_inputs(problem, layer)
+    workspace = cupy.empty(plan.workspace_bytes, dtype=cupy.uint8)
+    u = plan.transform_filter(wt, workspace)
+    for _ in range(2):
+        plan.run(xt, U=u, workspace=workspace)
+    torch.cuda.synchronize()
+    print(f"profile: ran {spec.name} twice on {problem.label()}")
+
+
 if __name__ == "__main__":
     step = sys.argv[1] if len(sys.argv) > 1 else ""
-    steps = {"build": build, "check": check, "time": time_layers, "sanitize": sanitize}
+    steps = {
+        "build": build,
+        "check": check,
+        "time": time_layers,
+        "sanitize": sanitize,
+        "profile": profile,
+    }
     if step not in steps:
-        sys.exit(f"usage: gpu_fused.py {{{'|'.join(steps)}}}")
-    sys.exit(1 if steps[step]() else 0)
+        sys.exit(f"usage: gpu_fused.py {{{'|'.join(steps)}}} [args]")
+    sys.exit(1 if steps[step](*sys.argv[2:]) else 0)

@@ -197,8 +197,8 @@ BROKEN = [
     (dict(cchunk=8), "fused_cchunk_not_mma_k"),
     (dict(warps=33), "fused_block_too_large"),
     (dict(warps=0), "fused_block_too_large"),
-    (dict(warps=5), "fused_units_not_even"),
-    (dict(tiles=64, kblock=32), "fused_accumulators"),
+    (dict(warps=5), "fused_bins_not_even"),
+    (dict(tiles=64, kblock=64), "fused_accumulators"),
     (dict(tile=Tile(6, 6), tiles=64, kblock=8, cchunk=128, warps=16), "fused_shared_memory"),
     (dict(stages=3), "fused_stages_unsupported"),
     (dict(stages=0), "fused_stages_unsupported"),
@@ -220,11 +220,20 @@ def test_grid_y_rule():
 
 
 def test_budget_arithmetic():
-    b = FusedBudget.of(RtFusedSpec(tile=Tile(4, 4), tiles=32, kblock=16, cchunk=16, warps=8))
+    b = FusedBudget.of(RtFusedSpec(tile=Tile(4, 4), tiles=32, kblock=16, cchunk=16, warps=12))
     assert b.lda == 24
     assert (b.xs_elems, b.us_elems) == (36 * 32 * 24, 36 * 16 * 24)
-    assert b.units == 36 * 2 * 2 and b.acc_per_thread == 4 * 144 // 8
-    assert b.smem_bytes == (36 * 32 * 24 + 36 * 16 * 24) * 2  # over Ms = 36 * 32 * 8 * 4
+    assert (b.bins_per_warp, b.mt, b.nt) == (3, 2, 2)  # 3 bins of 32 x 16 per warp
+    assert b.acc_per_thread == 3 * 32 * 16 // 32
+    operands = (36 * 32 * 24 + 36 * 16 * 24) * 2
+    # Ms [36][32][cols + 8] fp32 must fit over the operands: 16 columns do not, 8 do.
+    assert (b.ms_cols, b.ms_ld) == (8, 16) and 36 * 32 * 16 * 4 <= operands < 36 * 32 * 24 * 4
+    # The tile table (28 bytes a tile) follows.
+    assert b.table_offset == operands and b.smem_bytes == operands + 32 * 28
+    # 48 accumulators + 76 other registers at 384 threads: one block per SM.
+    assert b.min_blocks == 1
+    f2 = FusedBudget.of(RtFusedSpec(tile=Tile(2, 2), tiles=32, kblock=32, cchunk=32, warps=8))
+    assert (f2.acc_per_thread, f2.ms_cols, f2.min_blocks) == (64, 32, 2)  # 128 registers each
 
 
 def test_default_picks_have_no_refused_spec():
@@ -242,5 +251,6 @@ def test_one_template_three_dialects():
     for text in (c, hip):
         assert "asm" not in text and "for (int k = 0; k < 16; ++k)" in text
     assert "float acc[256][" in c and "acc[tid]" in c
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in cuda and "ldmatrix" not in c
     bf16 = next(s for s in FUSED if s.mdtype is DType.BF16)
     assert ".f32.bf16.bf16.f32" in render(bf16, "cuda")

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 
+from wino.fused import FusedBudget
 from wino.grid import aot_stage_specs
 from wino.kinds import BY_KIND, KINDS, Kind, kind_of
 from wino.launch import (
@@ -133,12 +134,14 @@ def _k4(spec, ka, bx, by, tid, block):
 
 
 def _kf(spec, ka, bx, by, tid, block):
-    """y through the fused kernel's output phase: per 8-channel slice nt, element
-    e = tid, tid + block, ... of tiles x 8 is (tile p0 + e // 8, channel k0 + 8 nt + e % 8)."""
+    """y through the fused kernel's output phase: per slice sl of ``cols`` channels (the
+    budget's Ms width), element e = tid, tid + block, ... of tiles x cols is (tile
+    p0 + e // cols, channel k0 + cols sl + e % cols)."""
     g, kb = _divmod(by, ka, "KB")
-    for nt in range(spec.kblock // 8):
-        for e in range(tid, spec.tiles * 8, block):
-            p, kl = bx * spec.tiles + e // 8, kb * spec.kblock + nt * 8 + e % 8
+    cols = FusedBudget.of(spec).ms_cols
+    for sl in range(spec.kblock // cols):
+        for e in range(tid, spec.tiles * cols, block):
+            p, kl = bx * spec.tiles + e // cols, kb * spec.kblock + sl * cols + e % cols
             if p >= ka["P"] or kl >= ka["Kg"]:
                 continue
             n, ph, i, pw, j = _decode_tile(p, ka)

@@ -25,7 +25,7 @@ ALL_CLASSES = (RtFilterSpec, RtPrescaleSpec, RtInputSpec, RtOutputSpec, RtFusedS
 
 @pytest.mark.parametrize("cls", ALL_CLASSES, ids=lambda c: c.__name__)
 def test_frozen_and_hashable(cls):
-    knob, value, other = ("warps", 8, 4) if cls is RtFusedSpec else ("vec", 1, 2)
+    knob, value, other = ("warps", 12, 4) if cls is RtFusedSpec else ("vec", 1, 2)
     spec = cls()
     with pytest.raises(dataclasses.FrozenInstanceError):
         setattr(spec, knob, 4)

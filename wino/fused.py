@@ -1,15 +1,24 @@
 """The fused kernel's (KF, plan kind fused2d_rt) on-chip budget, derived from its spec alone.
 
 Shapes per block (tm = tiles, kb = kblock, cb = cchunk, A = bins; operands in mdtype, raw
-16-bit; rows padded by ``PAD`` elements so the MMA fragment loads hit distinct banks):
+16-bit; rows padded by ``PAD`` elements so the 8 row addresses of an ``ldmatrix`` hit 8
+distinct 16-byte bank groups):
   Xs [S][A][tm][cb + PAD]   the transformed input chunk       (MMA operand A, row-major)
   Us [S][A][kb][cb + PAD]   the U chunk, U[a][k][c] as stored  (MMA operand B, column-major)
 (S = stages: with 2, chunk i + 1's U is copied asynchronously and its X transformed while warps
 still multiply chunk i.)
-  Ms [A][tm][8]          fp32, one 8-channel slice of the accumulators on the way to the
-                         output transform; it reuses the bytes of Xs and Us after the C loop.
-The accumulators are MMA tiles (bin, 16-tile row block, 8-channel column block): ``units`` of
-them, dealt round-robin to the warps, 4 fp32 values per thread each.
+  Ms [A][tm][cols + MS_PAD] fp32, a slice of ``cols`` output channels of the accumulators on
+                         the way to the output transform; it reuses the bytes of Xs and Us
+                         after the C loop (``cols``: the widest multiple of 8 dividing kb that
+                         fits in those bytes, so most specs take one slice, one barrier pair).
+  Tiles [tm]             per tile of the block, after both (computed once per block): the
+                         in-image masks of its input window and of its outputs (u64 each),
+                         the element offsets of its window origin in x and of its first output
+                         in y (int each), its power-of-two scale (fp32): ``TILE_BYTES`` a tile.
+Warps own whole bins: warp w multiplies bins w, w + warps, ... (``bins_per_warp``), each a
+(tm x kb) warp tile of (tm/16) x (kb/8) m16n8k16 MMAs, so every A fragment is reused across
+the kb/8 channel tiles and every B fragment across the tm/16 tile rows. Accumulators per thread:
+bins_per_warp x tm x kb / 32.
 """
 
 from __future__ import annotations
@@ -20,6 +29,12 @@ from .specs import RtFusedSpec
 
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync m16n8k16
 PAD = 8  # elements of row padding in Xs and Us
+MS_PAD = 8  # floats of row padding in Ms (64-bit fragment stores of 16 lanes hit 32 banks)
+TILE_BYTES = 8 + 8 + 4 + 4 + 4  # the tile table's row: x mask, y mask, x offset, y offset, scale
+SM_REGISTERS = 65536  # 32-bit registers per SM (sm_90)
+SM_SHARED = 233472  # bytes of shared memory per SM (sm_90: 228 KB)
+BLOCK_SHARED_RESERVE = 1024  # bytes the hardware keeps per resident block
+REG_OVERHEAD = 40  # registers per thread beyond the accumulators and the window (addresses)
 
 
 @dataclass(frozen=True)
@@ -27,24 +42,60 @@ class FusedBudget:
     lda: int  # row stride of Xs and Us, elements
     xs_elems: int
     us_elems: int
-    ms_floats: int
-    units: int  # MMA tiles per block: bins x tiles/16 x kblock/8
-    units_per_warp: int  # 0 when the units do not split evenly (a spec rule refuses it)
+    ms_cols: int  # output channels per accumulator slice through Ms
+    ms_ld: int  # row stride of Ms, floats
+    mt: int  # MMA tile rows of a warp tile (tiles / 16)
+    nt: int  # MMA tile columns of a warp tile (kblock / 8)
+    bins_per_warp: int  # 0 when the bins do not split evenly (a spec rule refuses it)
     acc_per_thread: int
+    table_offset: int  # bytes from the start of shared memory to the tile table
     smem_bytes: int
+    min_blocks: int  # blocks per SM the launch bounds ask the compiler to fit
 
     @classmethod
     def of(cls, spec: RtFusedSpec) -> FusedBudget:
-        bins = spec.tile.bins
+        bins, tm, kb = spec.tile.bins, spec.tiles, spec.kblock
         lda = spec.cchunk + PAD
-        xs, us = bins * spec.tiles * lda, bins * spec.kblock * lda
-        ms = bins * spec.tiles * MMA_N
-        units = bins * (spec.tiles // MMA_M) * (spec.kblock // MMA_N)
-        per_warp = units // spec.warps if spec.warps > 0 and units % spec.warps == 0 else 0
-        stages = max(spec.stages, 1)
-        smem = max((xs + us) * stages * spec.mdtype.itemsize, ms * 4)
-        smem = -(-smem // 16) * 16
-        return cls(lda, xs, us, ms, units, per_warp, 4 * per_warp, smem)
+        xs, us = bins * tm * lda, bins * kb * lda
+        operand_bytes = (xs + us) * max(spec.stages, 1) * spec.mdtype.itemsize
+        cols = _slice_cols(bins * tm, kb, operand_bytes)
+        ms_ld = cols + MS_PAD
+        table = -(-max(operand_bytes, bins * tm * ms_ld * 4) // 16) * 16
+        smem = table + -(-tm * TILE_BYTES // 16) * 16
+        per_warp = bins // spec.warps if spec.warps > 0 and bins % spec.warps == 0 else 0
+        acc = per_warp * tm * kb // 32
+        regs = acc + max(64, bins + REG_OVERHEAD)
+        return cls(
+            lda=lda,
+            xs_elems=xs,
+            us_elems=us,
+            ms_cols=cols,
+            ms_ld=ms_ld,
+            mt=tm // MMA_M,
+            nt=kb // MMA_N,
+            bins_per_warp=per_warp,
+            acc_per_thread=acc,
+            table_offset=table,
+            smem_bytes=smem,
+            min_blocks=_min_blocks(spec.block, regs, smem),
+        )
+
+
+def _slice_cols(rows: int, kb: int, nbytes: int) -> int:
+    """The widest multiple of 8 dividing kb whose Ms slice fits in nbytes (at least 8)."""
+    fits = [
+        c for c in range(MMA_N, kb + 1, MMA_N) if kb % c == 0 and rows * (c + MS_PAD) * 4 <= nbytes
+    ]
+    return max(fits, default=MMA_N)
+
+
+def _min_blocks(block: int, regs: int, smem: int) -> int:
+    """Blocks per SM that registers (``regs`` per thread: the accumulators, the input window
+    and addresses) and shared memory allow; the launch bounds ask for that many, so ptxas caps
+    the registers at 65536 / (block x blocks)."""
+    by_regs = SM_REGISTERS // max(block * regs, 1)
+    by_smem = SM_SHARED // (smem + BLOCK_SHARED_RESERVE)
+    return max(1, min(by_regs, by_smem, 2048 // max(block, 1)))
 
 
 def fused_namespace(spec: RtFusedSpec) -> dict[str, int]:
@@ -52,7 +103,7 @@ def fused_namespace(spec: RtFusedSpec) -> dict[str, int]:
     b = FusedBudget.of(spec)
     return dict(
         block=spec.block,
-        units=b.units,
+        bins_per_warp=b.bins_per_warp,
         acc_per_thread=b.acc_per_thread,
         smem_bytes=b.smem_bytes,
     )

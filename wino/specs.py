@@ -191,7 +191,7 @@ class RtFusedSpec(_Spec):
     tiles: int = 32
     kblock: int = 16
     cchunk: int = 16
-    warps: int = 8
+    warps: int = 12
     stages: int = 1
     prescale: Prescale = Prescale.SPLIT
     epilogue: Epilogue = Epilogue.NONE

@@ -24,6 +24,7 @@ class Renderer:
     fabs = "__builtin_fabsf"
     fmax = "__builtin_fmaxf"
     unroll = ""  # pragma before fixed-count loops
+    no_unroll = ""  # pragma before a loop kept rolled (its body is large; registers are short)
     shared_qualifier = ""
     barrier_call = ""
     kernel_head = ""  # GPU: the qualifiers before a kernel's name ({block}: the block size)
@@ -132,11 +133,12 @@ class Renderer:
         return f"extern {self.shared_qualifier}__attribute__((aligned(16))) unsigned char {name}[];"
 
     # The warp MMA: D[16x8] += A[16x16] . B[16x8] (B given as its transpose, [8][16]), fp32 ----
-    def mma_helper(self, dtype: DType) -> str:
-        """``wino_mma_m16n8k16(d, a, lda, b, ldb, lane)``: per-thread semantics. The thread of
-        lane l (of its warp) owns the 4 accumulators its mma.sync fragment holds: rows
-        g = l / 4 and g + 8, columns 2 * (l % 4) + (0, 1). This scalar form computes exactly
-        those from the shared-memory tiles; CUDA renders the warp-wide mma.sync instead."""
+    def mma_helper(self, dtype: DType, mt: int, nt: int) -> str:
+        """``wino_warp_mma(d, a, lda, b, ldb, lane)``: a warp tile of (16 mt) x (8 nt) over one
+        k16 step, per-thread semantics. Accumulator tile (i, j) (rows 16 i.., columns 8 j..) is
+        d[4 (i nt + j) ..]: lane l owns rows g = l / 4 and g + 8, columns 2 (l % 4) + (0, 1), as
+        in mma.sync's fragments. This scalar form computes exactly those from the shared-memory
+        tiles; CUDA renders ldmatrix fragment loads (each reused nt or mt times) and mma.sync."""
         a = self.to_float(dtype, "a[row * lda + k]")
         b = self.to_float(dtype, "b[col * ldb + k]")
         return (
@@ -149,7 +151,13 @@ class Renderer:
             "    float s = 0.0f;\n"
             f"    for (int k = 0; k < 16; ++k) s += {a} * {b};\n"
             "    d[i] += s;\n"
-            "  }\n}"
+            "  }\n}\n"
+            f"{self.fn} void wino_warp_mma(float* d, const unsigned short* a, int lda,"
+            " const unsigned short* b, int ldb, unsigned lane)\n{\n"
+            f"  for (int i = 0; i < {mt}; ++i)\n"
+            f"    for (int j = 0; j < {nt}; ++j)\n"
+            f"      wino_mma_m16n8k16(d + 4 * (i * {nt} + j), a + i * 16 * lda, lda,"
+            " b + j * 8 * ldb, ldb, lane);\n}"
         )
 
     # Asynchronous 16-byte copy global -> shared (zero fill when !valid), commit, wait --------
@@ -272,6 +280,7 @@ class CudaRenderer(Renderer):
     fabs = "fabsf"
     fmax = "fmaxf"
     unroll = "#pragma unroll"
+    no_unroll = "#pragma unroll 1"
     shared_qualifier = "__shared__ "
     barrier_call = "__syncthreads();"
     kernel_head = 'extern "C" __global__ void __launch_bounds__({bounds})\n'
@@ -298,24 +307,54 @@ class CudaRenderer(Renderer):
     def dynamic_shared(self, name: str, nbytes: int) -> str:
         return f"extern __shared__ __align__(16) unsigned char {name}[];"
 
-    def mma_helper(self, dtype: DType) -> str:
-        """The warp-wide mma.sync; each lane loads its own fragment registers from shared
-        memory (pairs of 16-bit values, rows g and g + 8, columns 2t and 2t + 8)."""
+    def mma_helper(self, dtype: DType, mt: int, nt: int) -> str:
+        """ldmatrix.x4 per A fragment (16 x 16, lane l addresses row l % 16, column 8 (l / 16)),
+        ldmatrix.x4 per pair of B fragments (8 x 16 each, .col: rows are output channels, lane l
+        addresses channel 8 (l / 16) + l % 8, column 8 ((l / 8) % 2)), .x2 for an odd last one;
+        then the mt x nt mma.sync, every fragment held in registers and reused."""
         kind = {DType.FP16: "f16", DType.BF16: "bf16"}[dtype]
+        pairs, odd = divmod(nt, 2)
+        last = (
+            "  {\n"
+            "    const unsigned s = (unsigned)__cvta_generic_to_shared("
+            f"b + ({(nt - 1) * 8}u + (lane & 7u)) * ldb + ((lane >> 3) & 1u) * 8u);\n"
+            '    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"\n'
+            f'                 : "=r"(bf[{nt - 1}][0]), "=r"(bf[{nt - 1}][1]) : "r"(s));\n'
+            "  }\n"
+            if odd
+            else ""
+        )
         return (
-            f"{self.fn} void wino_mma_m16n8k16(float* d, const unsigned short* a, int lda,"
+            f"{self.fn} void wino_warp_mma(float* d, const unsigned short* a, int lda,"
             " const unsigned short* b, int ldb, unsigned lane)\n{\n"
-            "  const unsigned g = lane >> 2, t = lane & 3u;\n"
-            "  const unsigned a0 = *(const unsigned*)(a + g * lda + 2u * t);\n"
-            "  const unsigned a1 = *(const unsigned*)(a + (g + 8u) * lda + 2u * t);\n"
-            "  const unsigned a2 = *(const unsigned*)(a + g * lda + 2u * t + 8u);\n"
-            "  const unsigned a3 = *(const unsigned*)(a + (g + 8u) * lda + 2u * t + 8u);\n"
-            "  const unsigned b0 = *(const unsigned*)(b + g * ldb + 2u * t);\n"
-            "  const unsigned b1 = *(const unsigned*)(b + g * ldb + 2u * t + 8u);\n"
-            f'  asm("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "\n'
-            '      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n'
-            '      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])\n'
-            '      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));\n'
+            f"  unsigned af[{mt}][4], bf[{nt}][2];\n"
+            "#pragma unroll\n"
+            f"  for (int i = 0; i < {mt}; ++i) {{\n"
+            "    const unsigned s = (unsigned)__cvta_generic_to_shared("
+            "a + (i * 16u + (lane & 15u)) * lda + (lane >> 4) * 8u);\n"
+            '    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"\n'
+            '                 : "=r"(af[i][0]), "=r"(af[i][1]), "=r"(af[i][2]), "=r"(af[i][3])'
+            ' : "r"(s));\n'
+            "  }\n"
+            "#pragma unroll\n"
+            f"  for (int j = 0; j < {pairs}; ++j) {{\n"
+            "    const unsigned s = (unsigned)__cvta_generic_to_shared("
+            "b + (j * 16u + (lane >> 4) * 8u + (lane & 7u)) * ldb + ((lane >> 3) & 1u) * 8u);\n"
+            '    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"\n'
+            '                 : "=r"(bf[2 * j][0]), "=r"(bf[2 * j][1]),'
+            ' "=r"(bf[2 * j + 1][0]), "=r"(bf[2 * j + 1][1]) : "r"(s));\n'
+            "  }\n"
+            f"{last}"
+            "#pragma unroll\n"
+            f"  for (int i = 0; i < {mt}; ++i)\n"
+            "#pragma unroll\n"
+            f"    for (int j = 0; j < {nt}; ++j)\n"
+            f'      asm("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "\n'
+            '          "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n'
+            f'          : "+f"(d[4 * (i * {nt} + j)]), "+f"(d[4 * (i * {nt} + j) + 1]),'
+            f' "+f"(d[4 * (i * {nt} + j) + 2]), "+f"(d[4 * (i * {nt} + j) + 3])\n'
+            '          : "r"(af[i][0]), "r"(af[i][1]), "r"(af[i][2]), "r"(af[i][3]),'
+            ' "r"(bf[j][0]), "r"(bf[j][1]));\n'
             "}"
         )
 
@@ -339,6 +378,7 @@ class HipRenderer(Renderer):
     fn = "static __attribute__((device, always_inline, unused)) inline"
     restrict = "__restrict__"
     unroll = "#pragma unroll"
+    no_unroll = "#pragma unroll 1"
     shared_qualifier = "__attribute__((shared)) "
     barrier_call = (
         '__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); '
