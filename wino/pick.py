@@ -81,16 +81,22 @@ def candidates(stage: Stage, tile: Tile, io: DType, xdtype: DType) -> tuple[Stag
 
 class Ranking:
     """The declared order over a given set of specs (a manifest's), per stage, tile and dtype
-    pair, computed on first use; ties are broken by kernel name."""
+    pair, computed on first use; ties are broken by kernel name. ``source(stage, tile, io)``,
+    when given instead of ``specs``, yields the specs of one stage, tile and io dtype on first
+    use (``cache.Manifest.specs_of``: a dispatch reads only the entries it ranks)."""
 
-    def __init__(self, specs: Iterable[StageSpec]):
+    def __init__(self, specs: Iterable[StageSpec] = (), source=None):
         self._specs = tuple(sorted(specs, key=lambda spec: spec.name))
+        self._source = source
         self._memo: dict[tuple, tuple[StageSpec, ...]] = {}
 
     def candidates(self, stage: Stage, tile: Tile, io: DType, xdtype: DType):
         key = (stage, tile, io, xdtype)
         if key not in self._memo:
-            self._memo[key] = _ranked(self._specs, stage, tile, io, xdtype)
+            specs = self._specs
+            if self._source is not None:
+                specs = sorted(self._source(stage, tile, io), key=lambda spec: spec.name)
+            self._memo[key] = _ranked(specs, stage, tile, io, xdtype)
         return self._memo[key]
 
 

@@ -119,11 +119,17 @@ def conv2d(
     groups: int = 1,
     tile: Tile | str | None = None,
     stride=1,
+    reuse_filter: bool = False,
     **dispatch_options,
 ):
     """y = conv2d(x, w) from the cache: numpy arrays on the host, CuPy arrays or torch CUDA
     tensors on the GPU (no copies). Raises Refused (with its rule id) for problems wino does
-    not serve (stride != 1, filters other than 3x3...), ValueError for bad arguments."""
+    not serve (stride != 1, filters other than 3x3...), ValueError for bad arguments.
+
+    ``reuse_filter=True``: the transformed filter (K1's U) is kept per weight array and reused
+    while the same ``w`` object is passed again; the caller promises not to write ``w`` in
+    place (a torch tensor's in-place writes are noticed through its version counter). The plan
+    keeps the last few weights and their U alive."""
     key = _key(x, w, padding, dilation, groups, stride)
     problem = _PROBLEMS.get(key) if key is not None else None
     if problem is None:
@@ -131,4 +137,26 @@ def conv2d(
         if key is not None and len(_PROBLEMS) < 4096:
             _PROBLEMS[key] = problem
     plan = dispatch(problem, target=target_of(x), tile=tile, **dispatch_options)
+    if reuse_filter:
+        return plan.run(x, U=_filter(plan, w))
     return plan.run(x, w)
+
+
+#: Weights whose U a plan keeps for ``reuse_filter`` (the oldest is dropped past this).
+KEPT_FILTERS = 16
+
+
+def _filter(plan, w):
+    """(U, fs) of ``w`` for ``plan``: K1 once per weight object and state (its pointer,
+    layout and, for torch, version); the entry holds ``w`` so its address is not reused."""
+    state = (plan.backend().describe(w), getattr(w, "_version", None))
+    if state[0] is None:  # not an array this backend takes: the checks say why
+        return plan.transform_filter(w)
+    hit = plan._filters.get(id(w))
+    if hit is not None and hit[0] is w and hit[1] == state:
+        return hit[2]
+    U = plan.transform_filter(w)
+    if len(plan._filters) >= KEPT_FILTERS:
+        plan._filters.pop(next(iter(plan._filters)))  # the oldest
+    plan._filters[id(w)] = (w, state, U)
+    return U

@@ -31,7 +31,7 @@ from ..problem import Problem
 from ..refusals import Refused, check_problem
 from ..specs import RtInputSpec, StageSpec
 from ..vocab import DType, Prescale, Stage, Target, Tile, coerce
-from . import aliasing, registry, tuning
+from . import registry, tuning
 
 #: ``dispatch(algorithm=...)``: None (dispatch chooses), "unfused" (alias "winograd_aot", the
 #: original name) or "fused".
@@ -93,6 +93,9 @@ class Plan:
     reason: str = ""  # why this plan kind (plan.explain says it)
     _backend: Any = field(default=None, repr=False)
     _program: Any = field(default=None, repr=False)  # the backend's prepared launches
+    _bound: Any = field(default=None, repr=False)  # the last checked run's arrays (backends)
+    _workspaces: dict = field(default_factory=dict, repr=False)  # its own, per stream/thread
+    _filters: dict = field(default_factory=dict, repr=False)  # conv2d(reuse_filter=True)
 
     @property
     def steps(self) -> list[Step]:
@@ -163,7 +166,6 @@ class Plan:
         (PyTorch's for torch tensors, CuPy's for CuPy arrays). With ``y`` and ``workspace``
         given, a run allocates nothing, synchronizes nothing and reads nothing back, so CUDA
         graph capture (``torch.cuda.graph``, CuPy stream capture) records it."""
-        aliasing.check_output(y, x=x, w=w, U=U, workspace=workspace)
         return self.backend().run(self, x, w, y, workspace, U, stream)
 
     def graph(self, x, w=None, y=None, workspace=None, U=None):
@@ -410,7 +412,7 @@ def _ranking(manifest: cache.Manifest) -> Ranking:
             _RANKINGS.pop(next(iter(_RANKINGS)))  # the oldest
         hit = _RANKINGS[id(manifest)] = (
             manifest,
-            Ranking(k.spec for k in manifest.kernels.values()),
+            Ranking(source=manifest.specs_of),
         )
     return hit[1]
 
@@ -434,11 +436,11 @@ def _assemble(
         tile = tile or default_tile(problem)
     else:
         tile = tile or tuning.best_tile(problem, target, cache_root) or default_tile(problem)
+    if manifest_at is not None:  # first: its index stamps the declared files the checks read
+        manifest = cache.read_manifest(*manifest_at)
     check_problem(problem, tile)  # the index rule against the tile that will run
     if manifest_at is None:
         manifest = cache.find_manifest(target, cache_root)  # raises FileNotFoundError
-    else:
-        manifest = cache.read_manifest(*manifest_at)
     source = "caller"
     if specs is None and not fused:
         specs, source = tuning.lookup(problem, target, tile, cache_root), "tuning DB"
