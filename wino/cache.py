@@ -188,7 +188,7 @@ def runtime_index(path: Path, manifest: dict[str, Any], text: str) -> dict[str, 
         return None
     abis: list[dict[str, Any]] = []
     kernels = {}
-    for name, fields in manifest["kernels"].items():
+    for name, fields in sorted(manifest["kernels"].items()):  # the same bytes from any build
         if fields["abi"] not in abis:
             abis.append(fields["abi"])
         record = {**fields, "abi": abis.index(fields["abi"])}

@@ -89,7 +89,8 @@ def first_call_phases(problem: Problem, target: Target, cache_root) -> list[tupl
         return value
 
     def rank():
-        tile = tuning.best_tile(problem, target, cache_root) or plan_module.default_tile(problem)
+        tuned = tuning.best_tile(problem, target, cache_root, tuning.beside(manifest.path))
+        tile = tuned or plan_module.default_tile(problem)
         return pick.default_stage_specs(problem, tile, ranking=plan_module._ranking(manifest))
 
     manifest = timed("manifest", lambda: cache.find_manifest(target, cache_root))

@@ -148,6 +148,9 @@ class HostBackend(Backend):
             return (type(array), array.data_ptr(), strides, shape, array.dtype, array.device)
         return None
 
+    def restream(self, ctx, x, stream):
+        return self.context(x, stream)  # refuses a stream, as a first call does
+
     def workspace_slot(self, ctx):
         return threading.get_ident()  # the host runs synchronously: one per calling thread
 
