@@ -274,13 +274,15 @@ def _small_constant(value: Any) -> bool:
     return isinstance(value, (int, float)) and abs(value) < VALUE_LIMIT
 
 
+_RULE_ID = re.compile(r"^[ \t]*-[ \t]*id:[ \t]*['\"]?([A-Za-z0-9_]+)", re.MULTILINE)
+
+
 def _rule_lines(path: Path) -> dict[str, int]:
     """Line of each rule's ``- id:`` in the file (for file:line in messages)."""
-    lines = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        match = re.match(r"\s*-\s*id:\s*['\"]?([A-Za-z0-9_]+)", line)
-        if match:
-            lines.setdefault(match[1], number)
+    text = path.read_text(encoding="utf-8")
+    lines: dict[str, int] = {}
+    for match in _RULE_ID.finditer(text):
+        lines.setdefault(match[1], text.count("\n", 0, match.start()) + 1)
     return lines
 
 

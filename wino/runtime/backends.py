@@ -50,7 +50,9 @@ class Bound(NamedTuple):
     w: int | None
     y: int | None
     workspace: Any
+    workspace_at: int | None  # its address
     u: tuple[Any, Any] | None
+    u_at: tuple[int, int] | None  # their addresses
     keep: Any = None  # copies made for this call only (alive until it has issued)
 
 
@@ -238,7 +240,9 @@ class Backend:
             None if wv is None else self.pointer(wv),
             yp,
             raw,
+            None if raw is None else self.pointer(raw),
             u,
+            None if u is None else (self.pointer(u[0]), self.pointer(u[1])),
             keep=(xv, wv),  # a copy made for this call lives until its launches are issued
         )
         if key is not None and as_given:
@@ -253,8 +257,11 @@ class Backend:
             yp = self.pointer(yv)
         else:
             yp = bound.y
-        raw = bound.workspace if bound.workspace is not None else self.own_workspace(plan, ctx)
-        base = self.pointer(raw)
+        if bound.workspace is None:
+            raw = self.own_workspace(plan, ctx)
+            base = self.pointer(raw)
+        else:
+            raw, base = bound.workspace, bound.workspace_at
         pointers = {Source.X: bound.x, Source.Y: yp, Source.WS: base, Source.NONE: self.null}
         if bound.u is None:
             pointers[Source.U], pointers[Source.FS] = base + prog.U.offset, base + prog.fs.offset
@@ -262,8 +269,8 @@ class Backend:
             self.issue(prog.filter, pointers, ctx)
             u = None  # in the workspace (prog.U)
         else:
-            u, fs = bound.u
-            pointers[Source.U], pointers[Source.FS] = self.pointer(u), self.pointer(fs)
+            u = bound.u[0]
+            pointers[Source.U], pointers[Source.FS] = bound.u_at
         arrays = {Source.WS: raw, Source.U: u}
         for ops in prog.chunks:
             for op in ops:
