@@ -304,9 +304,16 @@ def _cwd(cache_root, env: str | None) -> str | None:
     """The working directory when the cache search depends on it (./build is looked at, or
     the cache root or $WINO_BUILD is relative), else None: a seen call's key holds it."""
     chosen = cache_root if cache_root is not None else env
-    if chosen and os.path.isabs(chosen):
-        return None
-    return os.getcwd()
+    absolute = _ABSOLUTE.get(chosen)
+    if absolute is None:
+        if len(_ABSOLUTE) >= 64:
+            _ABSOLUTE.clear()
+        absolute = _ABSOLUTE[chosen] = bool(chosen) and os.path.isabs(chosen)
+    return None if absolute else os.getcwd()
+
+
+#: Whether a cache root (or $WINO_BUILD) is an absolute path, by its value.
+_ABSOLUTE: dict = {}
 
 
 def clear_plan_cache() -> None:
