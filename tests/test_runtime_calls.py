@@ -181,3 +181,22 @@ def test_the_plan_keeps_a_bounded_number_of_filters(root, plan, monkeypatch):
     for seed in range(4):
         conv2d(x, _data(seed)[1], reuse_filter=True, **options)
     assert len(plan._filters) == 2
+
+
+def test_a_new_y_per_call_is_checked_alone(plan, checks, monkeypatch):
+    """A framework allocates y per call (wino.torch): the other arrays' checks are kept, y's
+    own run (its shape, layout and overlap with what the kernels read)."""
+    from wino.runtime import aliasing
+
+    overlaps = []
+    real = aliasing.check_extents
+    monkeypatch.setattr(
+        aliasing, "check_extents", lambda y, spans: overlaps.append(y) or real(y, spans)
+    )
+    x, w = _data()
+    U = plan.transform_filter(w)
+    for _ in range(3):
+        y = rf.poisoned(plan)[0]
+        plan.run(x, U=U, y=y)
+        _check(y, x, w)
+    assert checks["bind"] == 1 and len(overlaps) == 3
