@@ -25,9 +25,11 @@ step() {  # step LIMIT LOG COMMAND...
 step 30 overhead.log python3 -c "
 import json, wino.cache as c, wino.vocab as v
 path, _ = c.manifest_state(v.Target.CUDA)
-index = json.loads((path.parent / c.INDEX).read_text())
-fresh = index['manifest_sha256'] == c._sha256(path.read_bytes())
-print(f'runtime index of {path}: {\"current\" if fresh else \"STALE\"}, {len(index[\"kernels\"])} kernels')
+at = path.parent / c.INDEX
+index = json.loads(at.read_text()) if at.exists() else {}
+fresh = index.get('manifest_sha256') == c._sha256(path.read_bytes())
+state = 'current' if fresh else 'STALE' if index else 'MISSING'
+print(f'runtime index of {path}: {state}, {len(index.get(\"kernels\", ()))} kernels')
 raise SystemExit(0 if fresh else 1)"
 step 120 overhead.log python3 -m wino.cli bench --overhead --target cuda
 step 120 overhead.log python3 -m wino.cli bench --overhead --target cuda \
