@@ -34,6 +34,37 @@ def check_operands(plan, x, w) -> None:
             raise ValueError(f"{label}: expected dtype {p.dtype.short}, got {array.dtype}")
 
 
+def check_bias(plan, bias) -> None:
+    """The bias against the plan's epilogue: required (shape [K], the problem's dtype) when
+    the epilogue adds one, refused when it does not (nothing runs on a bad one)."""
+    p, epilogue = plan.problem, plan.epilogue
+    if bias is None:
+        if epilogue.bias:
+            raise ValueError(
+                f"bias: this plan's epilogue {epilogue.short} adds a bias; pass bias= a [K] = "
+                f"[{p.K}] {p.dtype.short} array"
+            )
+        return
+    if not epilogue.bias:
+        raise ValueError(
+            f"bias: this plan's epilogue {epilogue.short} adds no bias; dispatch with "
+            "epilogue='bias' (or 'bias_relu'), or use wino.conv2d(x, w, bias=b)"
+        )
+    if tuple(getattr(bias, "shape", ())) != (p.K,):
+        raise ValueError(
+            f"bias: expected shape ({p.K},) (one value per output channel K), got "
+            f"{getattr(bias, 'shape', type(bias).__name__)}"
+        )
+    try:
+        dtype = dtype_of(bias)
+    except TypeError as err:
+        raise ValueError(f"bias: {err}") from None
+    if dtype is not p.dtype:
+        raise ValueError(
+            f"bias: expected dtype {p.dtype.short} (the io dtype of x, w and y), got {bias.dtype}"
+        )
+
+
 #: The largest workspace a plan keeps for reuse when the caller gives none (bytes); larger
 #: ones are allocated per call by the array framework (whose caching allocator reuses them).
 OWN_WORKSPACE_MAX = 16 << 20
@@ -53,12 +84,13 @@ class Bound(NamedTuple):
     workspace_at: int | None  # its address
     u: tuple[Any, Any] | None
     u_at: tuple[int, int] | None  # their addresses
-    extents: tuple  # the byte extents of x, w, U, fs, workspace (a new y is checked against)
+    bias_at: int  # the bias's address (the backend's null without one)
+    extents: tuple  # of x, w, U, fs, workspace, bias (what a new y is checked against)
     keep: Any = None  # copies made for this call only (alive until it has issued)
 
 
 def _same_but_y(seen: tuple | None, key: tuple) -> bool:
-    """Whether two call keys (x, w, y, workspace, U, fs) agree on everything but y."""
+    """Whether two call keys (x, w, y, workspace, U, fs, bias) agree on everything but y."""
     return seen is not None and seen[:2] == key[:2] and seen[3:] == key[3:]
 
 
@@ -193,16 +225,16 @@ class Backend:
         self.issue(prog.filter, pointers, ctx)
         return U, fs
 
-    def run(self, plan, x, w, y, workspace, U, stream=None):
+    def run(self, plan, x, w, y, workspace, U, stream=None, bias=None):
         """Every check first (nothing is written when one fails), then the prepared launches.
         A call whose arrays describe as the plan's last checked call did (``describe``:
         pointer, shape, strides, dtype) skips the checks and reuses what they found; one
         where only y differs (a fresh output per call) checks y alone."""
         prog = self.program(plan)
-        key = self.call_key(x, w, y, workspace, U)
+        key = self.call_key(x, w, y, workspace, U, bias)
         bound = plan._bound
         if key is None or bound is None or not _same_but_y(bound.key, key):
-            bound = self.bind(plan, prog, key, x, w, y, workspace, U, stream)
+            bound = self.bind(plan, prog, key, x, w, y, workspace, U, stream, bias)
             return self.launch_bound(plan, prog, bound, bound.ctx, x, y)
         ctx = self.restream(bound.ctx, x, stream)
         if bound.key[2] != key[2] and y is not None:
@@ -211,14 +243,14 @@ class Backend:
             bound = bound._replace(y=self.pointer(self.output(plan, x, y, ctx)[1]))
         return self.launch_bound(plan, prog, bound, ctx, x, y)
 
-    def call_key(self, x, w, y, workspace, U) -> tuple | None:
+    def call_key(self, x, w, y, workspace, U, bias=None) -> tuple | None:
         """What the checks of a call depend on, per array (None: not keyable, check it all)."""
         try:
             u, fs = (None, None) if U is None else U
         except (TypeError, ValueError):
             return None
         key = []
-        for array in (x, w, y, workspace, u, fs):
+        for array in (x, w, y, workspace, u, fs, bias):
             if array is None:
                 key.append(None)
                 continue
@@ -228,21 +260,24 @@ class Backend:
             key.append(described)
         return tuple(key)
 
-    def bind(self, plan, prog, key, x, w, y, workspace, U, stream) -> Bound:
+    def bind(self, plan, prog, key, x, w, y, workspace, U, stream, bias=None) -> Bound:
         """Check a call's arrays (all of them, before any kernel) and keep what the checks
         found on the plan when the kernels read the caller's arrays as they are."""
-        spans = aliasing.extents(x=x, w=w, U=U, workspace=workspace)
+        spans = aliasing.extents(x=x, w=w, U=U, workspace=workspace, bias=bias)
         aliasing.check_extents(y, spans)
         ctx = self.context(x, stream)
         check_operands(plan, x, w)
+        check_bias(plan, bias)
         if U is None and w is None:
             raise ValueError("run: pass the filter w, or U from plan.transform_filter(w)")
         xv = self.operand(x, plan.problem.dtype, "x", ctx)
         wv = self.operand(w, plan.problem.dtype, "w", ctx) if U is None else None
+        bv = None if bias is None else self.operand(bias, plan.problem.dtype, "bias", ctx)
         yp = None if y is None else self.pointer(self.output(plan, x, y, ctx)[1])
         raw = None if workspace is None else self.raw_workspace(plan, workspace, ctx)
         u = None if U is None else self.filter_operand(plan, U, ctx)
-        pairs = [(xv, x), (wv, w)] + ([] if u is None else list(zip(u, U, strict=True)))
+        pairs = [(xv, x), (wv, w), (bv, bias)]
+        pairs += [] if u is None else list(zip(u, U, strict=True))
         as_given = all(used is None or self.pointer(used) == self.pointer(a) for used, a in pairs)
         bound = Bound(
             key,
@@ -254,8 +289,9 @@ class Backend:
             None if raw is None else self.pointer(raw),
             u,
             None if u is None else (self.pointer(u[0]), self.pointer(u[1])),
+            self.null if bv is None else self.pointer(bv),
             spans,
-            keep=(xv, wv),  # a copy made for this call lives until its launches are issued
+            keep=(xv, wv, bv),  # a copy made for this call lives until its launches are issued
         )
         if key is not None and as_given:
             plan._bound = bound._replace(keep=None)
@@ -275,6 +311,7 @@ class Backend:
         else:
             raw, base = bound.workspace, bound.workspace_at
         pointers = {Source.X: bound.x, Source.Y: yp, Source.WS: base, Source.NONE: self.null}
+        pointers[Source.BIAS] = bound.bias_at
         if bound.u is None:
             pointers[Source.U], pointers[Source.FS] = base + prog.U.offset, base + prog.fs.offset
             pointers[Source.W] = bound.w
