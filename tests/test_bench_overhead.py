@@ -16,7 +16,7 @@ def root(tmp_path_factory):
 
 def test_rows_and_report(root):
     problem = rf.EXTRA[2].problem
-    rows = overhead.measure(problem, Target.C, root, loops=3, repeats=2)
+    rows, splits = overhead.measure(problem, Target.C, root, loops=3, repeats=2)
     names = [r.name for r in rows]
     assert names == [
         "import runtime",
@@ -24,16 +24,32 @@ def test_rows_and_report(root):
         "dispatch (seen)",
         "plan.run",
         "wino.conv2d",
+        "conv2d reuse U",
         "graph replay",
         "torch conv2d",
     ]
     assert all(r.us is None or r.us > 0 for r in rows)
     assert all(r.us is not None for r in rows[:-1])
-    text = overhead.report(problem, Target.C, rows)
+    text = overhead.report(problem, Target.C, rows, splits)
     assert text.splitlines()[0].startswith("wino bench --overhead: fp32 N3 C16")
     for name in names:
         assert name in text
     assert "<= 5 us" in text and "<= 2x torch" in text
+
+
+def test_the_first_call_split_adds_up_in_the_order_paid(root):
+    """On the host: the import, dispatch's four parts (their sum is the first dispatch row),
+    then the first run's parts; each part measured (> 0) in a new process."""
+    problem = rf.EXTRA[2].problem
+    ((label, phases),) = overhead.first_call_splits(problem, Target.C, root)
+    assert label == "new process"
+    names = [name for name, _ in phases]
+    assert names == ["import", *overhead.DISPATCH_PHASES, "backend", "module loads", "first run"]
+    assert all(us > 0 for _, us in phases)
+    dispatch_us = overhead.first_dispatch_us(phases)
+    assert dispatch_us == pytest.approx(sum(us for _, us in phases[1:5]))
+    text = "\n".join(overhead.split_report([(label, phases)]))
+    assert f"{dispatch_us:15.1f}" in text and "= dispatch" in text
 
 
 def test_per_call_is_the_median_per_loop():

@@ -285,3 +285,39 @@ def test_bad_inputs_are_named_before_any_kernel(root):
     with pytest.raises(ValueError, match="x: wino reads NCHW tensors in channels_last"):
         wt.ops.conv2d(xn.contiguous(), conv.weight, None, [1, 1], [1, 1], 1)
     assert np.isfinite(plan.run(x, w).float().cpu().numpy()).all()
+
+
+# Seen calls ------------------------------------------------------------------------------------
+def test_seen_calls_on_two_streams_use_a_workspace_each(root):
+    """run(x, w) without a workspace: the plan's own, one per stream (runs on one stream are
+    ordered, runs on two are not), and each result equals the first."""
+    from wino.runtime.backends import OWN_WORKSPACE_MAX
+
+    p = PROBLEMS[0]
+    plan = dispatch(p, target="cuda", cache_root=root)
+    plan._workspaces.clear()
+    x, w = _operands(p, 2)
+    expect = plan.run(x, w)
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    for _ in range(3):
+        with torch.cuda.stream(side):
+            y = plan.run(x, w)
+        side.synchronize()
+        assert torch.equal(y, expect)
+    assert len(plan._workspaces) == (2 if plan.workspace_bytes <= OWN_WORKSPACE_MAX else 0)
+    assert _error(plan, x, w, expect) <= _bound(plan)
+
+
+def test_conv2d_reuse_filter_on_cuda_follows_the_weights_version(root):
+    import wino
+
+    p = PROBLEMS[0]
+    x, w = _operands(p, 3)
+    plan = dispatch(p, target="cuda", cache_root=root)
+    for _ in range(2):
+        y = wino.conv2d(x, w, padding=1, reuse_filter=True, cache_root=root)
+        assert _error(plan, x, w, y) <= _bound(plan)
+    w.mul_(-1)  # in place: a new version
+    y = wino.conv2d(x, w, padding=1, reuse_filter=True, cache_root=root)
+    assert _error(plan, x, w, y) <= _bound(plan)

@@ -32,6 +32,7 @@ import os
 import re
 import tempfile
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from functools import cache
@@ -146,9 +147,125 @@ def atomic_write(path: Path, text: str) -> Path:
 
 
 def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
-    """Validate, then publish atomically."""
+    """Validate, then publish atomically; then the runtime index beside it (``runtime_index``:
+    a reader that finds it stale, or absent, reads the manifest itself)."""
     config.validate(manifest, "manifest", str(directory / MANIFEST))
-    return atomic_write(directory / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+    path = atomic_write(directory / MANIFEST, text)
+    index = runtime_index(path, manifest, text)
+    if index is None:
+        (directory / INDEX).unlink(missing_ok=True)
+    else:
+        atomic_write(directory / INDEX, json.dumps(index, sort_keys=True, separators=(",", ":")))
+    return path
+
+
+# The runtime index ------------------------------------------------------------------------------
+#: Beside each manifest: what a dispatch needs of it, in a form that loads in a millisecond, with
+#: the build's validation stamp. It is derived data: trusted only while ``manifest_sha256`` is the
+#: sha256 of the manifest's bytes and the schemas hash as they did (else the manifest is read and
+#: validated as always), so a changed or hand-edited manifest is still validated in full.
+INDEX = "manifest.index.json"
+INDEX_FORMAT = 1
+#: A kernel's record in the index: these manifest fields in this order, the abi by its number.
+INDEX_FIELDS = ("stage", "spec", "binary", "sha256", "registers", "spills", "abi")
+#: The declared files the runtime reads (spec axes and the default pick order; the rule book),
+#: stamped in the index by their content's sha256 with their validated data.
+STAMPED = ("stages", "refusals")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def runtime_index(path: Path, manifest: dict[str, Any], text: str) -> dict[str, Any] | None:
+    """The index of a manifest the schema accepted (``text`` as published at ``path``), or None
+    when an entry would be refused on reading (the reader then refuses the manifest itself)."""
+    try:
+        for name, fields in manifest["kernels"].items():
+            _entry(path, manifest["target"], name, fields)
+    except CacheError:
+        return None
+    abis: list[dict[str, Any]] = []
+    kernels = {}
+    for name, fields in sorted(manifest["kernels"].items()):  # the same bytes from any build
+        if fields["abi"] not in abis:
+            abis.append(fields["abi"])
+        record = {**fields, "abi": abis.index(fields["abi"])}
+        kernels[name] = [record.get(key) for key in INDEX_FIELDS]
+    header = {k: manifest[k] for k in ("format", "target", "flavor", "toolchain")}
+    return {
+        "index_format": INDEX_FORMAT,
+        "manifest_sha256": _sha256(text.encode("utf-8")),
+        "schema_sha256": config.schema_sha256("manifest"),
+        "manifest": header,
+        "abis": abis,
+        "kernels": kernels,
+        "declared": {kind: _declared_stamp(kind) for kind in STAMPED},
+    }
+
+
+def _declared_stamp(kind: str) -> dict[str, Any]:
+    """grids/<kind>.yaml's content hash and its data, validated now (the rule book probed)."""
+    from .refusals import book
+
+    path = config.GRIDS / f"{kind}.yaml"
+    raw = path.read_bytes()
+    data = config.validate(config.load_yaml_text(raw.decode("utf-8"), str(path)), kind, str(path))
+    if kind == "refusals":
+        book(data)  # every rule probed: a stamped rule book is not probed at run time
+    return {"sha256": _sha256(raw), "schema_sha256": config.schema_sha256(kind), "data": data}
+
+
+def _read_index(directory: Path, raw: bytes) -> dict[str, Any] | None:
+    """The index beside a manifest whose bytes are ``raw``, when it is of this manifest's exact
+    content and of these schemas; None otherwise (absent, stale, unreadable, another format)."""
+    try:
+        index = json.loads((directory / INDEX).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(index, dict) or index.get("index_format") != INDEX_FORMAT:
+        return None
+    if index.get("schema_sha256") != config.schema_sha256("manifest"):
+        return None
+    if index.get("manifest_sha256") != _sha256(raw):
+        return None
+    return index
+
+
+class IndexedKernels(Mapping):
+    """A manifest's kernels read from its index: an entry is checked and made a CachedKernel
+    on first access (a dispatch touches the few its plan runs; the ranking reads the specs of
+    one stage, tile and dtype)."""
+
+    def __init__(self, path: Path, target: str, records: dict[str, list], abis: list[dict]):
+        self._path, self._target, self._records, self._abis = path, target, records, abis
+        self._made: dict[str, CachedKernel] = {}
+
+    def __getitem__(self, name: str) -> CachedKernel:
+        made = self._made.get(name)
+        if made is None:
+            fields = dict(zip(INDEX_FIELDS, self._records[name], strict=True))
+            fields["symbol"], fields["abi"] = name, self._abis[fields["abi"]]
+            made = self._made[name] = _entry(self._path, self._target, name, fields)
+        return made
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._records
+
+    def __iter__(self):
+        return iter(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def names_of(self, stage: str, tile: str, io: str) -> list[str]:
+        """The kernels of one stage, tile and io dtype, by their recorded spec fields."""
+        return [
+            name
+            for name, (st, spec, *_) in self._records.items()
+            if st == stage and spec.get("tile") == tile and spec.get("io") == io
+        ]
 
 
 @dataclass(frozen=True)
@@ -217,8 +334,17 @@ class Manifest:
     flavor: str
     directory: Path
     toolchain: dict[str, Any]
-    kernels: dict[str, CachedKernel]
+    kernels: Mapping[str, CachedKernel]  # a dict, or IndexedKernels (made on first access)
     source: CacheSource | None = None  # where the search path found it (None: read directly)
+
+    def specs_of(self, stage, tile, io) -> list[StageSpec]:
+        """The specs of the kernels of one stage, tile and io dtype (a ``pick.Ranking``
+        source: only these entries are read)."""
+        kernels = self.kernels
+        if isinstance(kernels, IndexedKernels):
+            return [kernels[n].spec for n in kernels.names_of(stage.short, tile.name, io.value)]
+        specs = (k.spec for k in kernels.values())
+        return [s for s in specs if s.stage is stage and s.tile == tile and s.io is io]
 
     def origin(self) -> str:
         """The cache folder and, when it was searched for, why it was picked."""
@@ -302,9 +428,9 @@ def _checked(path: Path, sha256: str, state: tuple[int, ...]) -> bool:
     return sha256_file(path) == sha256
 
 
-def _load_json(path: Path, target: str) -> Any:
+def _load_json(path: Path, target: str, raw: bytes | None = None) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads((path.read_bytes() if raw is None else raw).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CacheError(
             f"{path}: not a wino manifest (not JSON: {err}); {_repair(target)}"
@@ -364,23 +490,51 @@ def parse_manifest(path: Path, source: CacheSource | None = None) -> Manifest:
     binary inside bin/). Loads no binary. ``source``: where the search path found it."""
     path = Path(path)
     directory = path.parent
-    folder_target, folder_flavor = directory.parent.name, directory.name
-    data = _load_json(path, folder_target)
+    folder_target = directory.parent.name
+    raw = path.read_bytes()
+    index = _read_index(directory, raw)
+    if index is not None:  # this exact content was validated by the build
+        return _indexed(path, index, source)
+    data = _load_json(path, folder_target, raw)
     try:
         config.validate(data, "manifest", str(path))
     except config.ConfigError as err:
         raise CacheError(f"{err}; {_repair(folder_target)}") from None
-    if (data["target"], data["flavor"]) != (folder_target, folder_flavor):
-        raise CacheError(
-            f"{path}: manifest of {data['target']}/{data['flavor']} found in the "
-            f"{folder_target}/{folder_flavor} folder; {_repair(folder_target)}"
-        )
+    _check_folder(path, data)
     kernels = {
         name: _entry(path, folder_target, name, fields) for name, fields in data["kernels"].items()
     }
     return Manifest(
         Target(data["target"]), data["flavor"], directory, data["toolchain"], kernels, source
     )
+
+
+def _indexed(path: Path, index: dict[str, Any], source: CacheSource | None) -> Manifest:
+    """The Manifest of a matching index: the stamped declared files offered to wino.config,
+    the kernels made on first access."""
+    header = index["manifest"]
+    _check_folder(path, header)
+    for kind, stamp in index["declared"].items():
+        config.stamp(kind, stamp["sha256"], stamp["schema_sha256"], stamp["data"])
+    kernels = IndexedKernels(path, header["target"], index["kernels"], index["abis"])
+    return Manifest(
+        Target(header["target"]),
+        header["flavor"],
+        path.parent,
+        header["toolchain"],
+        kernels,
+        source,
+    )
+
+
+def _check_folder(path: Path, data: dict[str, Any]) -> None:
+    """A manifest lives in the folder of its own target and flavor."""
+    folder_target, folder_flavor = path.parent.parent.name, path.parent.name
+    if (data["target"], data["flavor"]) != (folder_target, folder_flavor):
+        raise CacheError(
+            f"{path}: manifest of {data['target']}/{data['flavor']} found in the "
+            f"{folder_target}/{folder_flavor} folder; {_repair(folder_target)}"
+        )
 
 
 def read_manifest(

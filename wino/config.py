@@ -4,13 +4,13 @@ field in the message."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 #: The package folder (wino/).
@@ -89,6 +89,8 @@ def field_path(parts) -> str:
 
 def validate(data: Any, kind: str, name: str) -> Any:
     """Validate against schema/<kind>.schema.json; raise ConfigError naming the bad field."""
+    import jsonschema  # imported here: a dispatch from a stamped cache never validates
+
     validator = jsonschema.Draft202012Validator(schema(kind))
     error = jsonschema.exceptions.best_match(validator.iter_errors(data))
     if error is not None:
@@ -105,6 +107,42 @@ def load_file(path: Path | str, kind: str) -> Any:
 
 
 @cache
+def schema_sha256(kind: str) -> str:
+    """sha256 of schema/<kind>.schema.json: part of what a validation stamp is keyed by."""
+    return hashlib.sha256((SCHEMAS / f"{kind}.schema.json").read_bytes()).hexdigest()
+
+
+#: Declared files whose exact content the build validated, as a cache's runtime index carries
+#: them (wino.cache): kind -> (sha256 of the file, sha256 of its schema, the validated data).
+_STAMPED: dict[str, tuple[str, str, Any]] = {}
+#: Kinds ``declared`` took from a stamp (their content was validated by the build).
+_FROM_STAMP: set[str] = set()
+
+
+def stamp(kind: str, file_sha256: str, schema: str, data: Any) -> None:
+    """Offer the validated data of grids/<kind>.yaml whose content hashes to ``file_sha256``
+    (under the schema hashing to ``schema``): ``declared`` takes it instead of parsing and
+    validating the file when the file on disk has exactly that content."""
+    _STAMPED.setdefault(kind, (file_sha256, schema, data))
+
+
+def stamped(kind: str) -> bool:
+    """Whether ``declared(kind)`` came from a build's validation stamp (so its content has
+    passed the schema and, for the rule book, the rule probes)."""
+    return kind in _FROM_STAMP
+
+
+@cache
 def declared(kind: str) -> Any:
-    """grids/<kind>.yaml, loaded and validated (cached: the declared files are read once)."""
-    return load_file(GRIDS / f"{kind}.yaml", kind)
+    """grids/<kind>.yaml, loaded and validated (cached: the declared files are read once). When
+    a cache's index stamped this exact content (file and schema sha256) as validated by the
+    build, its data is taken without parsing or validating the YAML again; any other content
+    is validated here."""
+    path = GRIDS / f"{kind}.yaml"
+    raw = path.read_bytes()
+    hit = _STAMPED.get(kind)
+    if hit is not None and hit[1] == schema_sha256(kind):
+        if hit[0] == hashlib.sha256(raw).hexdigest():
+            _FROM_STAMP.add(kind)
+            return hit[2]
+    return validate(load_yaml_text(raw.decode("utf-8"), str(path)), kind, str(path))

@@ -97,10 +97,13 @@ def candidates(
 
 class Ranking:
     """The declared order over a given set of specs (a manifest's), per stage, tile and dtype
-    pair, computed on first use; ties are broken by kernel name."""
+    pair, computed on first use; ties are broken by kernel name. ``source(stage, tile, io)``,
+    when given instead of ``specs``, yields the specs of one stage, tile and io dtype on first
+    use (``cache.Manifest.specs_of``: a dispatch reads only the entries it ranks)."""
 
-    def __init__(self, specs: Iterable[StageSpec]):
+    def __init__(self, specs: Iterable[StageSpec] = (), source=None):
         self._specs = tuple(sorted(specs, key=lambda spec: spec.name))
+        self._source = source
         self._memo: dict[tuple, tuple[StageSpec, ...]] = {}
 
     def candidates(
@@ -108,7 +111,10 @@ class Ranking:
     ):
         key = (stage, tile, io, xdtype, epilogue)
         if key not in self._memo:
-            self._memo[key] = _ranked(self._specs, stage, tile, io, xdtype, epilogue)
+            specs = self._specs
+            if self._source is not None:
+                specs = sorted(self._source(stage, tile, io), key=lambda spec: spec.name)
+            self._memo[key] = _ranked(specs, stage, tile, io, xdtype, epilogue)
         return self._memo[key]
 
 

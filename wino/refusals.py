@@ -274,21 +274,29 @@ def _small_constant(value: Any) -> bool:
     return isinstance(value, (int, float)) and abs(value) < VALUE_LIMIT
 
 
+_RULE_ID = re.compile(r"^[ \t]*-[ \t]*id:[ \t]*['\"]?([A-Za-z0-9_]+)", re.MULTILINE)
+
+
 def _rule_lines(path: Path) -> dict[str, int]:
     """Line of each rule's ``- id:`` in the file (for file:line in messages)."""
-    lines = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        match = re.match(r"\s*-\s*id:\s*['\"]?([A-Za-z0-9_]+)", line)
-        if match:
-            lines.setdefault(match[1], number)
+    text = path.read_text(encoding="utf-8")
+    lines: dict[str, int] = {}
+    for match in _RULE_ID.finditer(text):
+        lines.setdefault(match[1], text.count("\n", 0, match.start()) + 1)
     return lines
 
 
 @lru_cache(maxsize=1)
 def rule_book() -> tuple[dict[str, int], tuple[Rule, ...]]:
     """The params and rules of grids/refusals.yaml, every rule checked against probe
-    namespaces (so a bad rule fails here, with its id and file:line, not at dispatch)."""
-    data = config.declared("refusals")
+    namespaces (so a bad rule fails here, with its id and file:line, not at dispatch). Content
+    a build stamped as validated (wino.config.stamped: the build probed it) is not probed
+    again."""
+    return book(config.declared("refusals"), probing=not config.stamped("refusals"))
+
+
+def book(data: dict, probing: bool = True) -> tuple[dict[str, int], tuple[Rule, ...]]:
+    """The params and rules of the validated refusals data (probed unless told not to)."""
     path = config.GRIDS / "refusals.yaml"
     lines = _rule_lines(path)
     rules = []
@@ -302,7 +310,7 @@ def rule_book() -> tuple[dict[str, int], tuple[Rule, ...]]:
     if dupes:
         raise config.ConfigError(f"{path}: rule ids must be unique; repeated: {dupes}")
     params = dict(data["params"])
-    for rule in rules:
+    for rule in rules if probing else ():
         probe(rule, params)
     return params, tuple(rules)
 
@@ -362,8 +370,19 @@ def _spec_ns(spec: StageSpec, params: dict[str, Any]) -> dict[str, Any]:
     return ns
 
 
+#: Problem namespaces by (problem, tile): (the rule book's params they were made with, ns).
+#: A dispatch checks the same problem once per stage it launches.
+_PROBLEM_NS: dict[tuple, tuple[dict, dict]] = {}
+
+
 def problem_namespace(problem: Problem, tile: Tile | None = None) -> dict[str, Any]:
-    return _problem_ns(problem, rule_book()[0], tile)
+    params = rule_book()[0]
+    hit = _PROBLEM_NS.get((problem, tile))
+    if hit is None or hit[0] is not params:
+        if len(_PROBLEM_NS) >= 4096:
+            _PROBLEM_NS.clear()
+        hit = _PROBLEM_NS[(problem, tile)] = (params, _problem_ns(problem, params, tile))
+    return dict(hit[1])
 
 
 def _problem_ns(problem: Problem, params: dict[str, Any], tile: Tile | None = None) -> dict:

@@ -333,7 +333,8 @@ def overhead(args: argparse.Namespace) -> int:
     problem = gather_cases(args)[0][0] if given else Problem.from_miopen(DEFAULT_CASE)
     target = _target(args.target)
     repeats = args.repeats if args.repeats is not None else 7
-    print(report(problem, target, measure(problem, target, args.cache_root, repeats=repeats)))
+    rows, splits = measure(problem, target, args.cache_root, repeats=repeats)
+    print(report(problem, target, rows, splits))
     return 0
 
 

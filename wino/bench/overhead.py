@@ -10,6 +10,8 @@ unless the GPU work of a call is longer.
 
 from __future__ import annotations
 
+import functools
+import json
 import statistics
 import subprocess
 import sys
@@ -27,6 +29,7 @@ GOALS = {
     "dispatch (seen)": "<= 5 us",
     "plan.run": "<= 2x torch",
     "wino.conv2d": "<= 3x torch",
+    "conv2d reuse U": "<= 3x torch",
     "graph replay": "~ 1 launch",
 }
 
@@ -52,23 +55,119 @@ def per_call_us(call: Callable[[], object], sync: Callable[[], object], loops: i
     return statistics.median(samples)
 
 
-def first_dispatch_us(problem: Problem, target: Target, cache_root) -> tuple[float, float]:
-    """(import of wino's runtime, then its first dispatch) in a new process, in microseconds:
-    the dispatch pays the manifest's read and validation and the rule book's load."""
-    code = (
-        "import sys, time\n"
-        "t = time.perf_counter()\n"
-        "import wino, wino.runtime\n"
-        "t1 = time.perf_counter()\n"
-        "p = wino.Problem.from_miopen(sys.argv[1])\n"
-        "t2 = time.perf_counter()\n"
-        "wino.runtime.dispatch(p, target=sys.argv[2], cache_root=sys.argv[3] or None)\n"
-        "print((t1 - t) * 1e6, (time.perf_counter() - t2) * 1e6)\n"
-    )
-    args = [sys.executable, "-c", code, problem.to_miopen(), target.value, str(cache_root or "")]
+#: The first call's parts, in the order a new process pays them (``first_call_phases``). The
+#: first four are ``dispatch``'s own (the goal's "first dispatch"); the rest are the first run's.
+DISPATCH_PHASES = ("manifest", "rules and YAML", "default pick", "plan")
+PHASE_NOTES = {
+    "import": "import wino, wino.runtime",
+    "manifest": "find and read it: the build's index, or JSON + schema validation",
+    "rules and YAML": "the rule book and grids/stages.yaml (stamped, or parsed + validated)",
+    "default pick": "rank the manifest's kernels of the stages and tile, first that fits",
+    "plan": "the rest of dispatch: launch geometry, chunks, workspace",
+    "CUDA context": "import CuPy and create the context (the caller's, in a framework)",
+    "backend": "the backend: device buffers (CUDA), kernel tables",
+    "cuBLAS handle": "cublasCreate and its workspace",
+    "module loads": "load the plan's binaries (sha256 checked) and pack its kernargs",
+    "first run": "plan.run(x, w), synchronized",
+}
+
+
+def first_call_phases(problem: Problem, target: Target, cache_root) -> list[tuple[str, float]]:
+    """Time each part of the first dispatch and the first run of a process, in the order
+    they are paid (microseconds). Each call warms what the next relies on, so the parts add up
+    to the first call; run it in a new process (``first_call_split``)."""
+    from .. import cache, config, pick, refusals
+    from ..runtime import dispatch, tuning
+    from ..runtime import plan as plan_module
+
+    out: list[tuple[str, float]] = []
+
+    def timed(name: str, call: Callable[[], object]) -> object:
+        start = time.perf_counter()
+        value = call()
+        out.append((name, (time.perf_counter() - start) * 1e6))
+        return value
+
+    def rank():
+        tuned = tuning.best_tile(problem, target, cache_root, tuning.beside(manifest.path))
+        tile = tuned or plan_module.default_tile(problem)
+        return pick.default_stage_specs(problem, tile, ranking=plan_module._ranking(manifest))
+
+    manifest = timed("manifest", lambda: cache.find_manifest(target, cache_root))
+    timed("rules and YAML", lambda: (refusals.rule_book(), config.declared("stages")))
+    timed("default pick", rank)
+    plan = timed("plan", lambda: dispatch(problem, target=target, cache_root=cache_root))
+    x, w, sync = _first_operands(problem, target, out, timed)
+    backend = timed("backend", plan.backend)
+    if target is Target.CUDA:
+        timed("cuBLAS handle", backend.gemm_handle)
+    timed("module loads", lambda: backend.program(plan))
+    timed("first run", lambda: (plan.run(x, w), sync()))
+    return out
+
+
+def _first_operands(problem: Problem, target: Target, out, timed):
+    """(x, w, sync) for the first run (made outside the timers, after the CUDA context)."""
+    import numpy as np
+
+    from ..runtime.arrays import numpy_dtype
+
+    p, dtype = problem, numpy_dtype(problem.dtype)
+    x = np.ones((p.N, p.H, p.W, p.C), dtype)
+    w = np.ones((p.K, 3, 3, p.Cg), dtype)
+    if target is not Target.CUDA:
+        return x, w, lambda: None
+    cupy = timed("CUDA context", _cuda_context)
+    return cupy.asarray(x), cupy.asarray(w), cupy.cuda.runtime.deviceSynchronize
+
+
+def _cuda_context():
+    """Import CuPy and make the device's primary context current (cudaFree(0))."""
+    import cupy
+
+    cupy.cuda.runtime.free(0)
+    return cupy
+
+
+_SPLIT_CHILD = """
+import json, sys, time
+if sys.argv[4] == "1":  # the caller's framework made the context before wino is imported
+    import cupy
+    cupy.cuda.runtime.free(0)
+start = time.perf_counter()
+import wino, wino.runtime
+imported = (time.perf_counter() - start) * 1e6
+from wino.bench.overhead import first_call_phases
+problem = wino.Problem.from_miopen(sys.argv[1])
+phases = first_call_phases(problem, wino.Target(sys.argv[2]), sys.argv[3] or None)
+print(json.dumps([["import", imported], *phases]))
+"""
+
+
+def first_call_split(
+    problem: Problem, target: Target, cache_root, context_first: bool = False
+) -> list[tuple[str, float]]:
+    """``first_call_phases`` in a new process (after its import); ``context_first``: the
+    CUDA context exists before wino is imported, as in a process where torch or CuPy made it."""
+    args = [sys.executable, "-c", _SPLIT_CHILD, problem.to_miopen(), target.value]
+    args += [str(cache_root or ""), "1" if context_first else "0"]
     out = subprocess.run(args, capture_output=True, text=True, check=True)
-    imported, first = out.stdout.strip().splitlines()[-1].split()
-    return float(imported), float(first)
+    return [(name, us) for name, us in json.loads(out.stdout.strip().splitlines()[-1])]
+
+
+def first_call_splits(problem: Problem, target: Target, cache_root) -> list[tuple[str, list]]:
+    """The first call's split in new processes: as it is, and on CUDA also with the context
+    made before the import (the goal's condition: inside a model, torch or CuPy made it)."""
+    splits = [("new process", first_call_split(problem, target, cache_root))]
+    if target is Target.CUDA:
+        made = first_call_split(problem, target, cache_root, context_first=True)
+        splits.append(("context first", made))
+    return splits
+
+
+def first_dispatch_us(phases: list[tuple[str, float]]) -> float:
+    """The first dispatch after the import: the sum of dispatch's own parts."""
+    return sum(us for name, us in phases if name in DISPATCH_PHASES)
 
 
 class _Arrays:
@@ -143,13 +242,16 @@ _TORCH_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 def measure(
     problem: Problem, target: Target, cache_root=None, loops: int = 200, repeats: int = 7
-) -> list[Row]:
+) -> tuple[list[Row], list[tuple[str, list]]]:
+    """(rows, the first call's splits): the first dispatch from new processes, the rest per
+    call in this one."""
     from ..runtime import conv2d, dispatch
 
-    imported, first = first_dispatch_us(problem, target, cache_root)
+    splits = first_call_splits(problem, target, cache_root)
+    phases = splits[-1][1]  # with the CUDA context made first: the goal's condition
     rows = [
-        Row("import runtime", imported, "import wino, wino.runtime (new process)"),
-        Row("first dispatch", first, "after the import: manifest read and validated"),
+        Row("import runtime", dict(phases)["import"], "import wino, wino.runtime (new process)"),
+        Row("first dispatch", first_dispatch_us(phases), "after the import (split below)"),
     ]
     plan = dispatch(problem, target=target, cache_root=cache_root)
     arrays = _Arrays(problem, target)
@@ -164,26 +266,39 @@ def measure(
     run = per_call_us(lambda: plan.run(x, U=U, y=y, workspace=ws), sync, loops, repeats)
     rows.append(Row("plan.run", run, "y, workspace, U given"))
     pad, dil = (problem.pad_h, problem.pad_w), (problem.dil_h, problem.dil_w)
-    rows.append(
-        Row(
-            "wino.conv2d",
-            per_call_us(
-                lambda: conv2d(x, w, pad, dil, problem.groups, cache_root=cache_root),
-                sync,
-                loops,
-                repeats,
-            ),
-            "dispatch, K1, allocation, run",
+    for name, reuse, note in (
+        ("wino.conv2d", False, "dispatch, K1, y allocated, run (the plan's workspace)"),
+        ("conv2d reuse U", True, "wino.conv2d(..., reuse_filter=True): no K1"),
+    ):
+        call = functools.partial(
+            conv2d, x, w, pad, dil, problem.groups, reuse_filter=reuse, cache_root=cache_root
         )
-    )
+        rows.append(Row(name, per_call_us(call, sync, loops, repeats), note))
     graph = plan.graph(x, U=U, y=y, workspace=ws)
     note = "CUDA graph" if target is Target.CUDA else "host: a replay is a run"
     rows.append(Row("graph replay", per_call_us(graph.replay, sync, loops, repeats), note))
     rows.append(_torch_row(arrays, problem, target, loops, repeats))
-    return rows
+    return rows, splits
 
 
-def report(problem: Problem, target: Target, rows: list[Row]) -> str:
+def split_report(splits: list[tuple[str, list]]) -> list[str]:
+    """The first call's parts, one column per new process (us)."""
+    names = [name for name, _ in splits[0][1]]
+    for _, phases in splits[1:]:
+        names += [name for name, _ in phases if name not in names]
+    head = "".join(f"{label:>15}" for label, _ in splits)
+    lines = ["", "first call in a new process, split (us):", f"{'':16}{head}  note"]
+    for name in names:
+        cells = "".join(f"{dict(phases).get(name, 0.0):15.1f}" for _, phases in splits)
+        lines.append(f"{name:16}{cells}  {PHASE_NOTES.get(name, '')}")
+    total = "".join(f"{first_dispatch_us(phases):15.1f}" for _, phases in splits)
+    lines.append(f"{'= dispatch':16}{total}  {' + '.join(DISPATCH_PHASES)} (goal <= 5 ms)")
+    return lines
+
+
+def report(
+    problem: Problem, target: Target, rows: list[Row], splits: list[tuple[str, list]] = ()
+) -> str:
     torch_us = next((r.us for r in rows if r.name == "torch conv2d"), None)
     lines = [
         f"wino bench --overhead: {problem.label()} on {target.value}, per call",
@@ -193,4 +308,6 @@ def report(problem: Problem, target: Target, rows: list[Row]) -> str:
         us = "n/a" if r.us is None else f"{r.us:10.1f}"
         ratio = f"{r.us / torch_us:8.2f}" if r.us is not None and torch_us else f"{'':8}"
         lines.append(f"{r.name:16} {us:>10} {ratio}  {GOALS.get(r.name, ''):12} {r.note}")
+    if splits:
+        lines += split_report(splits)
     return "\n".join(lines)

@@ -20,7 +20,7 @@ from typing import Any
 from doit.exceptions import TaskFailed
 from doit.tools import config_changed
 
-from ..cache import MANIFEST, flavor_dir
+from ..cache import INDEX, MANIFEST, flavor_dir
 from ..specs import spec_from_fields
 from .cache_writer import KernelBinary, build_kernel, write_target_manifest
 from .errors import one_line
@@ -145,7 +145,8 @@ def manifest_task(plan: TargetPlan, root: str | None = None) -> dict:
         "doc": f"publish the {plan.target.value} manifest(s) ({', '.join(flavors)})",
         "actions": [(manifest_action, (plan.toolchains, kernels, root))],
         "task_dep": [f"compile_{plan.target.value}"],
-        "targets": manifests,
+        # the runtime index beside each manifest too: a cache from before it gets one
+        "targets": manifests + [str(Path(m).with_name(INDEX)) for m in manifests],
         "uptodate": [
             config_changed(_digests(kb for job in plan.jobs for kb in job.binaries)),
             (manifests_current, (_published(plan, manifests),)),

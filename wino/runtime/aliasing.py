@@ -50,18 +50,31 @@ def _overlap(a: Extent | None, b: Extent | None) -> bool:
     return a is not None and b is not None and a[0] < b[1] and b[0] < a[1]
 
 
+def extents(**operands: Any) -> tuple[tuple[str, Extent | None], ...]:
+    """(label, byte extent) of every operand (a pair such as U = (U, fs) member by member);
+    None operands are skipped."""
+    out = []
+    for label, operand in operands.items():
+        members = operand if isinstance(operand, (tuple, list)) else (operand,)
+        out += [(label, extent(member)) for member in members if member is not None]
+    return tuple(out)
+
+
 def check_output(y: Any, **operands: Any) -> None:
     """ValueError when ``y`` overlaps any operand (a pair such as U = (U, fs) is checked
     member by member); None operands are skipped."""
+    check_extents(y, extents(**operands))
+
+
+def check_extents(y: Any, operands: tuple[tuple[str, Extent | None], ...]) -> None:
+    """``check_output`` against operand extents found before (``extents``)."""
     if y is None:
         return
     out = extent(y)
-    for label, operand in operands.items():
-        members = operand if isinstance(operand, (tuple, list)) else (operand,)
-        for member in members:
-            if member is not None and _overlap(out, extent(member)):
-                raise ValueError(
-                    f"y overlaps {label} in memory: the kernels would overwrite what they "
-                    f"still read; pass a y that shares no memory with x, w, U or the "
-                    "workspace (or y=None to allocate one)"
-                )
+    for label, span in operands:
+        if _overlap(out, span):
+            raise ValueError(
+                f"y overlaps {label} in memory: the kernels would overwrite what they "
+                f"still read; pass a y that shares no memory with x, w, U or the "
+                "workspace (or y=None to allocate one)"
+            )

@@ -121,6 +121,7 @@ def conv2d(
     stride=1,
     bias=None,
     activation: Activation | str | None = None,
+    reuse_filter: bool = False,
     **dispatch_options,
 ):
     """y = act(conv2d(x, w) + bias) from the cache: numpy arrays on the host, CuPy arrays or
@@ -128,7 +129,12 @@ def conv2d(
     ``activation``: None, "relu" or an Activation. Both are the last kernel's epilogue, in
     fp32 before y's conversion. Raises Refused (with its rule id) for problems wino does not
     serve (stride != 1, filters other than 3x3, a tile without the epilogue...), ValueError
-    for bad arguments (before any kernel runs)."""
+    for bad arguments (before any kernel runs).
+
+    ``reuse_filter=True``: the transformed filter (K1's U) is kept per weight array and reused
+    while the same ``w`` object is passed again; the caller promises not to write ``w`` in
+    place (a torch tensor's in-place writes are noticed through its version counter). The plan
+    keeps the last few weights and their U alive."""
     epilogue = _epilogue(bias, activation)
     key = _key(x, w, padding, dilation, groups, stride)
     problem = _PROBLEMS.get(key) if key is not None else None
@@ -139,7 +145,29 @@ def conv2d(
     if epilogue is not Epilogue.NONE:
         dispatch_options["epilogue"] = epilogue
     plan = dispatch(problem, target=target_of(x), tile=tile, **dispatch_options)
+    if reuse_filter:
+        return plan.run(x, U=_filter(plan, w), bias=bias)
     return plan.run(x, w, bias=bias)
+
+
+#: Weights whose U a plan keeps for ``reuse_filter`` (the oldest is dropped past this).
+KEPT_FILTERS = 16
+
+
+def _filter(plan, w):
+    """(U, fs) of ``w`` for ``plan``: K1 once per weight object and state (its pointer,
+    layout and, for torch, version); the entry holds ``w`` so its address is not reused."""
+    state = (plan.backend().describe(w), getattr(w, "_version", None))
+    if state[0] is None:  # not an array this backend takes: the checks say why
+        return plan.transform_filter(w)
+    hit = plan._filters.get(id(w))
+    if hit is not None and hit[0] is w and hit[1] == state:
+        return hit[2]
+    U = plan.transform_filter(w)
+    if len(plan._filters) >= KEPT_FILTERS:
+        plan._filters.pop(next(iter(plan._filters)))  # the oldest
+    plan._filters[id(w)] = (w, state, U)
+    return U
 
 
 def _epilogue(bias, activation) -> Epilogue:

@@ -5,10 +5,11 @@ filter transform and the chunk loop (``Backend``). A backend supplies the array 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import cache
 from ..vocab import DType, Stage
+from . import aliasing
 from .arrays import dtype_of
 from .plan import GemmStep, plan_layout
 from .program import GemmOp, Source, build, carve
@@ -64,6 +65,35 @@ def check_bias(plan, bias) -> None:
         )
 
 
+#: The largest workspace a plan keeps for reuse when the caller gives none (bytes); larger
+#: ones are allocated per call by the array framework (whose caching allocator reuses them).
+OWN_WORKSPACE_MAX = 16 << 20
+
+
+class Bound(NamedTuple):
+    """A run's arrays as the checks found them: the call key they were checked for, the call
+    context, the kernels' x and w pointers, y's (None: allocated per call), the caller's raw
+    workspace (None: the plan's own) and the (U, fs) pair (None: K1 writes them)."""
+
+    key: tuple | None
+    ctx: Any
+    x: int
+    w: int | None
+    y: int | None
+    workspace: Any
+    workspace_at: int | None  # its address
+    u: tuple[Any, Any] | None
+    u_at: tuple[int, int] | None  # their addresses
+    bias_at: int  # the bias's address (the backend's null without one)
+    extents: tuple  # of x, w, U, fs, workspace, bias (what a new y is checked against)
+    keep: Any = None  # copies made for this call only (alive until it has issued)
+
+
+def _same_but_y(seen: tuple | None, key: tuple) -> bool:
+    """Whether two call keys (x, w, y, workspace, U, fs, bias) agree on everything but y."""
+    return seen is not None and seen[:2] == key[:2] and seen[3:] == key[3:]
+
+
 class Backend:
     """The run of a plan, written once; subclasses supply the primitives below it."""
 
@@ -100,6 +130,20 @@ class Backend:
 
     def holds(self, array, shape: tuple[int, ...], dtype: DType) -> bool:
         """Whether ``array`` is this backend's array of that shape and dtype."""
+        raise NotImplementedError
+
+    def describe(self, array) -> tuple | None:
+        """What this backend's checks of ``array`` depend on (pointer, shape, strides, dtype,
+        device...), cheaply; None for an array it does not take (the checks then say why)."""
+        raise NotImplementedError
+
+    def restream(self, ctx, x, stream):
+        """The checked context of a seen call with this call's stream."""
+        return ctx
+
+    def workspace_slot(self, ctx):
+        """Which of the plan's own workspaces a call uses: one per stream (CUDA), thread
+        (host)."""
         raise NotImplementedError
 
     def check_device(self, label: str, array, ctx) -> None:
@@ -182,8 +226,45 @@ class Backend:
         return U, fs
 
     def run(self, plan, x, w, y, workspace, U, stream=None, bias=None):
-        """Every check first (nothing is written when one fails), then the prepared launches."""
+        """Every check first (nothing is written when one fails), then the prepared launches.
+        A call whose arrays describe as the plan's last checked call did (``describe``:
+        pointer, shape, strides, dtype) skips the checks and reuses what they found; one
+        where only y differs (a fresh output per call) checks y alone."""
         prog = self.program(plan)
+        key = self.call_key(x, w, y, workspace, U, bias)
+        bound = plan._bound
+        if key is None or bound is None or not _same_but_y(bound.key, key):
+            bound = self.bind(plan, prog, key, x, w, y, workspace, U, stream, bias)
+            return self.launch_bound(plan, prog, bound, bound.ctx, x, y)
+        ctx = self.restream(bound.ctx, x, stream)
+        if bound.key[2] != key[2] and y is not None:
+            # only y is new (a framework's fresh output): its own checks, the rest as found
+            aliasing.check_extents(y, bound.extents)
+            bound = bound._replace(y=self.pointer(self.output(plan, x, y, ctx)[1]))
+        return self.launch_bound(plan, prog, bound, ctx, x, y)
+
+    def call_key(self, x, w, y, workspace, U, bias=None) -> tuple | None:
+        """What the checks of a call depend on, per array (None: not keyable, check it all)."""
+        try:
+            u, fs = (None, None) if U is None else U
+        except (TypeError, ValueError):
+            return None
+        key = []
+        for array in (x, w, y, workspace, u, fs, bias):
+            if array is None:
+                key.append(None)
+                continue
+            described = self.describe(array)
+            if described is None:
+                return None
+            key.append(described)
+        return tuple(key)
+
+    def bind(self, plan, prog, key, x, w, y, workspace, U, stream, bias=None) -> Bound:
+        """Check a call's arrays (all of them, before any kernel) and keep what the checks
+        found on the plan when the kernels read the caller's arrays as they are."""
+        spans = aliasing.extents(x=x, w=w, U=U, workspace=workspace, bias=bias)
+        aliasing.check_extents(y, spans)
         ctx = self.context(x, stream)
         check_operands(plan, x, w)
         check_bias(plan, bias)
@@ -192,20 +273,53 @@ class Backend:
         xv = self.operand(x, plan.problem.dtype, "x", ctx)
         wv = self.operand(w, plan.problem.dtype, "w", ctx) if U is None else None
         bv = None if bias is None else self.operand(bias, plan.problem.dtype, "bias", ctx)
-        y, yv = self.output(plan, x, y, ctx)
-        raw = self.raw_workspace(plan, workspace, ctx)
-        base = self.pointer(raw)
-        pointers = {Source.X: self.pointer(xv), Source.Y: self.pointer(yv), Source.WS: base}
-        pointers[Source.NONE] = self.null
-        pointers[Source.BIAS] = self.null if bv is None else self.pointer(bv)
-        if U is None:
-            u = None  # in the workspace (prog.U)
-            pointers[Source.U], pointers[Source.FS] = base + prog.U.offset, base + prog.fs.offset
-            pointers[Source.W] = self.pointer(wv)
-            self.issue(prog.filter, pointers, ctx)
+        yp = None if y is None else self.pointer(self.output(plan, x, y, ctx)[1])
+        raw = None if workspace is None else self.raw_workspace(plan, workspace, ctx)
+        u = None if U is None else self.filter_operand(plan, U, ctx)
+        pairs = [(xv, x), (wv, w), (bv, bias)]
+        pairs += [] if u is None else list(zip(u, U, strict=True))
+        as_given = all(used is None or self.pointer(used) == self.pointer(a) for used, a in pairs)
+        bound = Bound(
+            key,
+            ctx,
+            self.pointer(xv),
+            None if wv is None else self.pointer(wv),
+            yp,
+            raw,
+            None if raw is None else self.pointer(raw),
+            u,
+            None if u is None else (self.pointer(u[0]), self.pointer(u[1])),
+            self.null if bv is None else self.pointer(bv),
+            spans,
+            keep=(xv, wv, bv),  # a copy made for this call lives until its launches are issued
+        )
+        if key is not None and as_given:
+            plan._bound = bound._replace(keep=None)
+        return bound
+
+    def launch_bound(self, plan, prog, bound: Bound, ctx, x, y):
+        """Issue the plan's launches on a checked call (y allocated here when not given; the
+        workspace the caller's, else the plan's own)."""
+        if y is None:
+            y, yv = self.output(plan, x, None, ctx)
+            yp = self.pointer(yv)
         else:
-            u, fs = self.filter_operand(plan, U, ctx)
-            pointers[Source.U], pointers[Source.FS] = self.pointer(u), self.pointer(fs)
+            yp = bound.y
+        if bound.workspace is None:
+            raw = self.own_workspace(plan, ctx)
+            base = self.pointer(raw)
+        else:
+            raw, base = bound.workspace, bound.workspace_at
+        pointers = {Source.X: bound.x, Source.Y: yp, Source.WS: base, Source.NONE: self.null}
+        pointers[Source.BIAS] = bound.bias_at
+        if bound.u is None:
+            pointers[Source.U], pointers[Source.FS] = base + prog.U.offset, base + prog.fs.offset
+            pointers[Source.W] = bound.w
+            self.issue(prog.filter, pointers, ctx)
+            u = None  # in the workspace (prog.U)
+        else:
+            u = bound.u[0]
+            pointers[Source.U], pointers[Source.FS] = bound.u_at
         arrays = {Source.WS: raw, Source.U: u}
         for ops in prog.chunks:
             for op in ops:
@@ -214,6 +328,18 @@ class Backend:
                 else:
                     self.issue(op, pointers, ctx)
         return y
+
+    def own_workspace(self, plan, ctx):
+        """The plan's own workspace for the call's stream (CUDA) or thread (host), allocated
+        once when it is at most OWN_WORKSPACE_MAX bytes; a larger one comes from the array
+        framework's allocator every call (its caching allocator), so plans do not hold it."""
+        if plan.workspace_bytes > OWN_WORKSPACE_MAX:
+            return self.raw_workspace(plan, None, ctx)
+        slot = self.workspace_slot(ctx)
+        raw = plan._workspaces.get(slot)
+        if raw is None:
+            raw = plan._workspaces[slot] = self.raw_workspace(plan, None, ctx)
+        return raw
 
     def chunk_launches(self, plan, images: int, xs, ys, views, u, fs):
         """(stage, a callable issuing it) per step of one batch chunk, in pipeline order, on

@@ -75,11 +75,16 @@ def _torch():
 
 def _torch_current_stream(device: int) -> int:
     """torch's current stream on ``device`` as a raw handle (the cheap route when present)."""
-    torch = _torch()
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(device)
-    return torch.cuda.current_stream(device).cuda_stream
+    global _CURRENT_RAW_STREAM
+    if _CURRENT_RAW_STREAM is None:
+        torch = _torch()
+        _CURRENT_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+            lambda index: torch.cuda.current_stream(index).cuda_stream
+        )
+    return _CURRENT_RAW_STREAM(device)
+
+
+_CURRENT_RAW_STREAM = None  # torch's (device -> raw current stream), looked up once
 
 
 def libcuda() -> ctypes.CDLL:
@@ -240,6 +245,28 @@ class CudaBackend(Backend):
 
     def pointer(self, array) -> int:
         return array.data_ptr() if is_torch(array) else array.data.ptr
+
+    def describe(self, array) -> tuple | None:
+        """Pointer, strides, shape, dtype (and torch's device index): under unified virtual
+        addressing a device pointer also names its device."""
+        if isinstance(array, self.cupy.ndarray):
+            return (self.cupy.ndarray, array.data.ptr, array.strides, array.shape, array.dtype)
+        if is_torch(array):
+            shape, device = tuple(array.shape), array.get_device()
+            return (type(array), array.data_ptr(), array.stride(), shape, array.dtype, device)
+        return None
+
+    def restream(self, ctx: Context, x, stream) -> Context:
+        if stream is not None:
+            handle = self._stream_handle(x, stream)
+        elif ctx.torch:
+            handle = _torch_current_stream(ctx.device)
+        else:
+            handle = self.cupy.cuda.get_current_stream().ptr
+        return ctx if handle == ctx.stream else ctx._replace(stream=handle)
+
+    def workspace_slot(self, ctx: Context):
+        return ctx.stream  # launches on one stream are ordered: its runs may share one
 
     def _contiguous(self, array) -> bool:
         if is_torch(array):

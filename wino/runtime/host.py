@@ -136,8 +136,24 @@ class HostBackend(Backend):
             raise ValueError("stream: the c (host) target runs synchronously; pass stream=None")
         host_array(label, array)
 
-    def pointer(self, array: np.ndarray) -> int:
-        return array.ctypes.data
+    def pointer(self, array) -> int:
+        """The data address of a numpy array (or of a CPU torch tensor)."""
+        return array.data_ptr() if is_torch(array) else array.ctypes.data
+
+    def describe(self, array) -> tuple | None:
+        if isinstance(array, np.ndarray):
+            face = array.__array_interface__
+            return (np.ndarray, face["data"], face["strides"], array.shape, array.dtype)
+        if is_torch(array):
+            shape, strides = tuple(array.shape), array.stride()
+            return (type(array), array.data_ptr(), strides, shape, array.dtype, array.device)
+        return None
+
+    def restream(self, ctx, x, stream):
+        return self.context(x, stream)  # refuses a stream, as a first call does
+
+    def workspace_slot(self, ctx):
+        return threading.get_ident()  # the host runs synchronously: one per calling thread
 
     def raw_workspace(self, plan: Plan, workspace, ctx=None) -> np.ndarray:
         if workspace is None:

@@ -8,7 +8,6 @@ batch split. It runs on the backend of its target (host C or CUDA).
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from ..problem import Problem
 from ..refusals import Refused, check_problem
 from ..specs import RtInputSpec, StageSpec
 from ..vocab import DType, Epilogue, Prescale, Stage, Target, Tile, coerce
-from . import aliasing, registry, tuning
+from . import registry, tuning
 
 #: ``dispatch(algorithm=...)``: None (dispatch chooses), "unfused" (alias "winograd_aot", the
 #: original name) or "fused".
@@ -98,6 +97,9 @@ class Plan:
     reason: str = ""  # why this plan kind (plan.explain says it)
     _backend: Any = field(default=None, repr=False)
     _program: Any = field(default=None, repr=False)  # the backend's prepared launches
+    _bound: Any = field(default=None, repr=False)  # the last checked run's arrays (backends)
+    _workspaces: dict = field(default_factory=dict, repr=False)  # its own, per stream/thread
+    _filters: dict = field(default_factory=dict, repr=False)  # conv2d(reuse_filter=True)
 
     @property
     def steps(self) -> list[Step]:
@@ -175,7 +177,6 @@ class Plan:
         (PyTorch's for torch tensors, CuPy's for CuPy arrays). With ``y`` and ``workspace``
         given, a run allocates nothing, synchronizes nothing and reads nothing back, so CUDA
         graph capture (``torch.cuda.graph``, CuPy stream capture) records it."""
-        aliasing.check_output(y, x=x, w=w, U=U, workspace=workspace, bias=bias)
         return self.backend().run(self, x, w, y, workspace, U, stream, bias)
 
     def graph(self, x, w=None, y=None, workspace=None, U=None, bias=None):
@@ -286,9 +287,15 @@ def _ordered(specs: dict[Stage, StageSpec]) -> dict[Stage, StageSpec]:
     return {stage: specs[stage] for stage in GRID_STAGES if stage in specs}
 
 
-def _pick_target(target: Target | str | None) -> Target:
+def _pick_target(target: Target | str | None, cache_root=None) -> Target:
+    """The target given, else what the cache holds: cuda where a cuda cache is on the search
+    path and CUDA is usable (CuPy is imported only then), else c."""
     if target is not None:
         return coerce(Target, target, "target")
+    try:
+        cache.manifest_location(Target.CUDA, cache_root)
+    except FileNotFoundError:
+        return Target.C
     return Target.CUDA if registry.cuda_available() else Target.C
 
 
@@ -305,10 +312,20 @@ REVALIDATE_S = 0.05
 _SEEN: dict[tuple, tuple[float, int, Plan]] = {}
 
 
-@functools.lru_cache(maxsize=64)
-def _locations(target: Target, cache_root, env: str | None) -> tuple[Path, Path]:
-    """(target folder, tuning DB) of a cache (``env``, $WINO_BUILD, is part of the key)."""
-    return cache.cache_root(cache_root) / target.value, tuning.db_path(target, cache_root)
+def _cwd(cache_root, env: str | None) -> str | None:
+    """The working directory when the cache search depends on it (./build is looked at, or
+    the cache root or $WINO_BUILD is relative), else None: a seen call's key holds it."""
+    chosen = cache_root if cache_root is not None else env
+    absolute = _ABSOLUTE.get(chosen)
+    if absolute is None:
+        if len(_ABSOLUTE) >= 64:
+            _ABSOLUTE.clear()
+        absolute = _ABSOLUTE[chosen] = bool(chosen) and os.path.isabs(chosen)
+    return None if absolute else os.getcwd()
+
+
+#: Whether a cache root (or $WINO_BUILD) is an absolute path, by its value.
+_ABSOLUTE: dict = {}
 
 
 def clear_plan_cache() -> None:
@@ -369,12 +386,10 @@ def dispatch(
     KeyError naming a missing kernel and the command that builds it,
     FileNotFoundError when no cache exists."""
     seen = None
-    if target is None:  # resolved every call: whether CUDA is usable is not cached
-        target = _pick_target(target)
     if specs is None:
-        env = os.environ.get("WINO_BUILD")
+        env = os.environ.get("WINO_BUILD") or None
         seen = (problem, algorithm, target, tile, batch_split, workspace_limit, cache_root, env)
-        seen += (epilogue,)
+        seen += (_cwd(cache_root, env), epilogue)
         hit = _SEEN.get(seen)
         if hit is not None and time.monotonic() < hit[0] and hit[1] == cache.publications:
             return hit[2]
@@ -395,23 +410,24 @@ def _dispatch(
 ):
     """``dispatch`` with the cache files looked at (the plan cache checked against them)."""
     kind = (*_pick_algorithm(algorithm, specs), algorithm, epilogue)  # (kind, why, asked, epi)
-    target = _pick_target(target)
+    target = _pick_target(target, cache_root)
     tile = coerce(Tile, tile, "tile") if tile is not None else None
     frozen = None if specs is None else tuple(sorted(specs.items(), key=lambda kv: kv[0].value))
     key = (problem, target, tile, batch_split, workspace_limit, cache_root, frozen, kind)
-    _, db = _locations(target, cache_root, os.environ.get("WINO_BUILD"))
     try:  # the manifest along the search path (./build, the checkout, an installed wheel)
-        state = (cache.manifest_location(target, cache_root), (db, cache._file_key(db)))
+        found = cache.manifest_location(target, cache_root)
     except FileNotFoundError:  # no cache: a refusal still says what is wrong with the problem
         _assemble(
             problem, target, tile, batch_split, workspace_limit, cache_root, specs, None, kind
         )
         raise
+    db = tuning.beside(found[0])  # the tuning DB of the cache found, not of the write folder
+    state = (found, (db, cache._file_key(db)))
     hit = _PLANS.get(key)
     if hit is not None and hit[0] == state:
         return hit[1]
     plan = _assemble(
-        problem, target, tile, batch_split, workspace_limit, cache_root, specs, state[0], kind
+        problem, target, tile, batch_split, workspace_limit, cache_root, specs, found, kind
     )
     if len(_PLANS) >= PLAN_CACHE_SIZE:
         _PLANS.pop(next(iter(_PLANS)))  # the oldest
@@ -443,7 +459,7 @@ def _ranking(manifest: cache.Manifest) -> Ranking:
             _RANKINGS.pop(next(iter(_RANKINGS)))  # the oldest
         hit = _RANKINGS[id(manifest)] = (
             manifest,
-            Ranking(k.spec for k in manifest.kernels.values()),
+            Ranking(source=manifest.specs_of),
         )
     return hit[1]
 
@@ -461,21 +477,22 @@ def _assemble(
 ) -> Plan:
     plan_kind, reason, algorithm, epilogue = kind
     fused = plan_kind == "fused2d_rt"
+    db = None if manifest_at is None else tuning.beside(manifest_at[0])
     caller_tile = tile
     if specs is not None:
         tile = _specs_tile(specs, tile)
     elif fused:
         tile = tile or default_tile(problem)
     else:
-        tile = tile or tuning.best_tile(problem, target, cache_root) or default_tile(problem)
+        tile = tile or tuning.best_tile(problem, target, cache_root, db) or default_tile(problem)
+    if manifest_at is not None:  # first: its index stamps the declared files the checks read
+        manifest = cache.read_manifest(*manifest_at)
     check_problem(problem, tile)  # the index rule against the tile that will run
     if manifest_at is None:
         manifest = cache.find_manifest(target, cache_root)  # raises FileNotFoundError
-    else:
-        manifest = cache.read_manifest(*manifest_at)
     source = "caller"
     if specs is None and not fused:
-        specs, source = tuning.lookup(problem, target, tile, cache_root), "tuning DB"
+        specs, source = tuning.lookup(problem, target, tile, cache_root, db), "tuning DB"
         if specs is not None and epilogue is not Epilogue.NONE:
             specs = _tuned_with_epilogue(problem, specs, epilogue, manifest, caller_tile)
             if specs is None:  # the tuned tile has no such K4: the default tile's pick

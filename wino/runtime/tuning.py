@@ -29,9 +29,18 @@ def problem_key(problem: Problem) -> str:
 _LOADED: dict[Path, tuple[tuple[int, int, int] | None, dict]] = {}
 
 
-def state(target: Target, root: Path | None = None) -> tuple[Path, tuple[int, int, int] | None]:
-    """(path, file key) of the target's DB: what decides whether a cached plan is still valid."""
-    path = db_path(target, root)
+def beside(manifest_path: Path) -> Path:
+    """The tuning DB of the target folder holding ``manifest_path`` (<target>/<flavor>/): the
+    DB ``dispatch`` follows is the one beside the cache it found on the search path."""
+    return Path(manifest_path).parent.parent / TUNING
+
+
+def state(
+    target: Target, root: Path | None = None, path: Path | None = None
+) -> tuple[Path, tuple[int, int, int] | None]:
+    """(path, file key) of the target's DB (``path`` when given, else the build folder's):
+    what decides whether a cached plan is still valid."""
+    path = db_path(target, root) if path is None else path
     return path, cache._file_key(path)
 
 
@@ -40,8 +49,8 @@ def load(target: Target, root: Path | None = None) -> dict:
     return copy.deepcopy(_loaded(target, root))
 
 
-def _loaded(target: Target, root: Path | None = None) -> dict:
-    path, key = state(target, root)
+def _loaded(target: Target, root: Path | None = None, path: Path | None = None) -> dict:
+    path, key = state(target, root, path)
     if key is None:
         return {"format": 1, "target": target.value, "entries": {}}
     hit = _LOADED.get(path)
@@ -55,9 +64,9 @@ def _loaded(target: Target, root: Path | None = None) -> dict:
 
 
 def lookup(
-    problem: Problem, target: Target, tile: Tile, root: Path | None = None
+    problem: Problem, target: Target, tile: Tile, root: Path | None = None, path: Path | None = None
 ) -> dict[Stage, StageSpec] | None:
-    entry = _loaded(target, root)["entries"].get(problem_key(problem))
+    entry = _loaded(target, root, path)["entries"].get(problem_key(problem))
     if entry is None or entry["tile"] != tile.name:
         return None
     return {
@@ -65,8 +74,10 @@ def lookup(
     }
 
 
-def best_tile(problem: Problem, target: Target, root: Path | None = None) -> Tile | None:
-    entry = _loaded(target, root)["entries"].get(problem_key(problem))
+def best_tile(
+    problem: Problem, target: Target, root: Path | None = None, path: Path | None = None
+) -> Tile | None:
+    entry = _loaded(target, root, path)["entries"].get(problem_key(problem))
     return Tile.parse(entry["tile"]) if entry else None
 
 

@@ -1,0 +1,135 @@
+"""The runtime index beside each manifest (wino.cache.INDEX): what a dispatch reads instead of
+validating the manifest and the declared YAML, trusted only for the exact content the build
+validated (manifest sha256, schema sha256, each declared file's sha256)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests import runtime_fixtures as rf
+from wino import cache, config, refusals
+from wino.runtime import dispatch
+from wino.vocab import Target
+
+
+@pytest.fixture
+def root(tmp_path_factory, tmp_path):
+    """A copy of the session's host cache (these tests edit its manifest and index)."""
+    dst = tmp_path / "build"
+    shutil.copytree(rf.host_cache(tmp_path_factory), dst)
+    return dst
+
+
+def _fresh() -> None:
+    """Forget what this process read: manifests, the declared files, their stamps."""
+    cache._MANIFESTS.clear()
+    config._STAMPED.clear()
+    config._FROM_STAMP.clear()
+    config.declared.cache_clear()
+    refusals.rule_book.cache_clear()
+    refusals._PROBLEM_NS.clear()
+
+
+@pytest.fixture
+def validations(monkeypatch):
+    """The kinds config.validate is asked to check, from a fresh process state."""
+    kinds = []
+    real = config.validate
+
+    def counting(data, kind, name):
+        kinds.append(kind)
+        return real(data, kind, name)
+
+    monkeypatch.setattr(config, "validate", counting)
+    _fresh()
+    yield kinds
+    _fresh()
+
+
+def _manifest(root):
+    path, _ = cache.manifest_state(Target.C, root)
+    return path
+
+
+def test_the_build_writes_an_index_of_its_manifest(root):
+    path = _manifest(root)
+    index = json.loads((path.parent / cache.INDEX).read_text())
+    assert index["manifest_sha256"] == cache._sha256(path.read_bytes())
+    assert set(index["kernels"]) == set(json.loads(path.read_text())["kernels"])
+    assert set(index["declared"]) == set(cache.STAMPED)
+
+
+def test_an_indexed_manifest_equals_the_validated_one(root, validations):
+    path = _manifest(root)
+    indexed = cache.parse_manifest(path)
+    assert isinstance(indexed.kernels, cache.IndexedKernels) and validations == []
+    (path.parent / cache.INDEX).unlink()
+    read = cache.parse_manifest(path)
+    assert validations == ["manifest"] and isinstance(read.kernels, dict)
+    assert (indexed.target, indexed.flavor, indexed.toolchain) == (
+        read.target,
+        read.flavor,
+        read.toolchain,
+    )
+    assert dict(indexed.kernels) == read.kernels
+
+
+def test_a_first_dispatch_from_an_index_validates_nothing(root, validations):
+    case = rf.EXTRA[2]
+    plan = dispatch(case.problem, target="c", tile=case.tile, cache_root=root)
+    assert validations == []
+    assert config.stamped("stages") and config.stamped("refusals")
+    made = plan.manifest.kernels._made  # only the kernels the pick ranked were read
+    assert set(plan.specs[s].name for s in plan.specs) <= set(made)
+    assert len(made) < len(plan.manifest.kernels)
+
+
+def test_a_changed_manifest_is_validated_and_refused(root, validations):
+    path = _manifest(root)
+    data = json.loads(path.read_text())
+    next(iter(data["kernels"].values()))["sha256"] = "not a digest"
+    path.write_text(json.dumps(data))  # the index beside it is now stale
+    with pytest.raises(cache.CacheError, match="sha256"):
+        cache.parse_manifest(path)
+    assert validations == ["manifest"]
+
+
+def test_a_manifest_republished_by_hand_is_validated(root, validations):
+    path = _manifest(root)
+    path.write_text(json.dumps(json.loads(path.read_text()), indent=2))  # same data, new bytes
+    assert isinstance(cache.parse_manifest(path).kernels, dict)
+    assert validations == ["manifest"]
+
+
+def test_an_index_of_another_schema_is_not_used(root, validations, monkeypatch):
+    monkeypatch.setattr(config, "schema_sha256", lambda kind: "0" * 64)
+    assert isinstance(cache.parse_manifest(_manifest(root)).kernels, dict)
+    assert validations == ["manifest"]
+
+
+@pytest.mark.parametrize("edit, stamped", [("", True), ("\n# an edit\n", False)])
+def test_a_declared_file_is_stamped_only_with_its_exact_content(
+    root, validations, monkeypatch, tmp_path, edit, stamped
+):
+    grids = tmp_path / "grids"
+    shutil.copytree(config.GRIDS, grids)
+    with open(grids / "stages.yaml", "a", encoding="utf-8") as handle:
+        handle.write(edit)
+    monkeypatch.setattr(config, "GRIDS", grids)
+    cache.parse_manifest(_manifest(root))
+    config.declared("stages")
+    assert config.stamped("stages") is stamped
+    assert validations == ([] if stamped else ["stages"])
+
+
+def test_a_manifest_the_reader_refuses_gets_no_index(root):
+    path = _manifest(root)
+    data = json.loads(path.read_text())
+    next(iter(data["kernels"].values()))["symbol"] = "another_name"
+    cache.write_manifest(path.parent, data)
+    assert not (path.parent / cache.INDEX).exists()
+    with pytest.raises(cache.CacheError, match="is not the kernel's name"):
+        cache.parse_manifest(path)
