@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import cache
+from .. import algorithms, cache
 from ..grid import GRID_STAGES
 from ..launch import (
     Launch,
@@ -311,8 +311,16 @@ def invalidate() -> None:
     _SEEN.clear()
 
 
-def _pick_algorithm(algorithm: str | None, specs) -> tuple[str, str]:
-    """(plan kind, why) from the caller's algorithm (and specs, whose stages decide it)."""
+def _pick_algorithm(
+    algorithm: str | None,
+    specs,
+    problem: Problem | None = None,
+    target: Target | None = None,
+    cache_root: Path | None = None,
+) -> tuple[str, str]:
+    """(plan kind, why): the caller's algorithm (or specs, whose stages decide it); else the
+    tuning DB's recorded winner for the problem; else grids/algorithms.yaml's first rule that
+    holds (wino.algorithms)."""
     if algorithm is not None and algorithm not in ALGORITHMS:
         raise ValueError(
             f"algorithm {algorithm!r}: expected one of {ALGORITHMS} or None (dispatch chooses)"
@@ -323,10 +331,13 @@ def _pick_algorithm(algorithm: str | None, specs) -> tuple[str, str]:
         return "unfused2d_rt", "the caller's specs are the unfused stages"
     if algorithm is not None:
         return KIND_OF[algorithm], f"forced by algorithm={algorithm!r}"
-    return "unfused2d_rt", (
-        "the default: fused2d_rt is chosen only with algorithm='fused' until a measured "
-        "crossover rule (H200) exists"
-    )
+    if problem is None:
+        return "unfused2d_rt", "no problem given: the unfused pipeline"
+    recorded = tuning.recorded_kind(problem, target, cache_root) if target else None
+    if recorded is not None:
+        return recorded
+    choice = algorithms.choose(problem)
+    return choice.algorithm.plan_kind, choice.explain()
 
 
 def dispatch(
@@ -347,8 +358,9 @@ def dispatch(
     and returns the same Plan object, whose backend, kernel handles and packed kernargs are
     then reused; it looks at the files again (a few stat calls) once REVALIDATE_S has passed,
     after this process published a manifest or tuning DB, or after ``invalidate()``.
-    ``algorithm``: None (dispatch chooses: unfused2d_rt until a measured crossover exists),
-    "unfused" or "fused" (docs/FUSED.md). Raises Refused (with the rule id) for problems wino
+    ``algorithm``: None (dispatch chooses: the tuning DB's recorded winner, else the first
+    rule of grids/algorithms.yaml that holds; ``plan.explain()`` says which), "unfused" or
+    "fused" (docs/FUSED.md). Raises Refused (with the rule id) for problems wino
     does not serve, KeyError naming a missing kernel and the command that builds it,
     FileNotFoundError when no cache exists."""
     seen = None
@@ -373,8 +385,9 @@ def dispatch(
 
 def _dispatch(problem, algorithm, target, tile, batch_split, workspace_limit, cache_root, specs):
     """``dispatch`` with the cache files looked at (the plan cache checked against them)."""
-    kind = (*_pick_algorithm(algorithm, specs), algorithm)  # (plan kind, why, as asked)
     target = _pick_target(target)
+    # (plan kind, why, as asked)
+    kind = (*_pick_algorithm(algorithm, specs, problem, target, cache_root), algorithm)
     tile = coerce(Tile, tile, "tile") if tile is not None else None
     frozen = None if specs is None else tuple(sorted(specs.items(), key=lambda kv: kv[0].value))
     key = (problem, target, tile, batch_split, workspace_limit, cache_root, frozen, kind)
@@ -428,20 +441,27 @@ def _assemble(
 ) -> Plan:
     plan_kind, reason, algorithm = kind
     fused = plan_kind == "fused2d_rt"
+    recorded = tuning.recorded_kind(problem, target, cache_root) if specs is None else None
+    db = recorded is not None and recorded[0] == plan_kind  # the DB's winner is of this kind
     if specs is not None:
         tile = _specs_tile(specs, tile)
-    elif fused:
-        tile = tile or default_tile(problem)
     else:
-        tile = tile or tuning.best_tile(problem, target, cache_root) or default_tile(problem)
+        best = tuning.best_tile(problem, target, cache_root) if db else None
+        tile = tile or best or default_tile(problem)
     check_problem(problem, tile)  # the index rule against the tile that will run
     if manifest_at is None:
         manifest = cache.find_manifest(target, cache_root)  # raises FileNotFoundError
     else:
         manifest = cache.read_manifest(*manifest_at)
     source = "caller"
-    if specs is None and not fused:
+    if specs is None and db:
         specs, source = tuning.lookup(problem, target, tile, cache_root), "tuning DB"
+    if specs is None and fused and algorithm is None:  # a rule chose fused: may it serve?
+        try:
+            default_fused_specs(problem, tile)
+        except Refused as refusal:
+            fused, plan_kind = False, "unfused2d_rt"
+            reason += f"; but the fused kernel does not serve it ({refusal}): unfused2d_rt"
     if specs is None:
         if fused:
             specs = default_fused_specs(problem, tile)

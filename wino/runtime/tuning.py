@@ -65,6 +65,21 @@ def lookup(
     }
 
 
+def recorded_kind(
+    problem: Problem, target: Target, root: Path | None = None
+) -> tuple[str, str] | None:
+    """(plan kind, why) of the problem's recorded winner (a kf spec makes it fused2d_rt), or
+    None when the DB has no entry for the problem."""
+    entry = _loaded(target, root)["entries"].get(problem_key(problem))
+    if entry is None:
+        return None
+    kind = "fused2d_rt" if Stage.FUSED.short in entry["specs"] else "unfused2d_rt"
+    return kind, (
+        f"the tuning DB's recorded winner for this problem ({entry['tile']}, "
+        f"{entry['time_us']:g} us; {db_path(target, root)})"
+    )
+
+
 def best_tile(problem: Problem, target: Target, root: Path | None = None) -> Tile | None:
     entry = _loaded(target, root)["entries"].get(problem_key(problem))
     return Tile.parse(entry["tile"]) if entry else None
