@@ -205,6 +205,13 @@ def plot_arguments(parser: argparse.ArgumentParser) -> None:
         help="print the CSV as a Markdown table (best verified wino pipeline per case vs cuDNN) "
         "instead of drawing",
     )
+    parser.add_argument(
+        "--engines",
+        action="store_true",
+        help="print the CSV of a `wino bench --engines` run as a Markdown table (every engine "
+        "per case, U cached and K1 per call) and the geomeans (best wino engine vs the direct "
+        "one; the shape-generic cost, unfused vs baked) instead of drawing",
+    )
 
 
 # Building the sweep --------------------------------------------------------------------------
@@ -474,6 +481,11 @@ def plot(args: argparse.Namespace) -> int:
     from .plot import PlotUnavailable
     from .plot import plot as draw
 
+    if args.engines:
+        from .table import engines_markdown
+
+        print(engines_markdown(args.csv))
+        return 0
     if args.table:
         from .table import markdown
 

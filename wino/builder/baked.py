@@ -17,8 +17,10 @@ from __future__ import annotations
 import getpass
 import hashlib
 import json
+import os
 import tempfile
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,8 +82,11 @@ def bake(kernels: Iterable[BakedKernel], target: Target, base: Path | None = Non
         )
     tc = toolchain(target)
     root = (base or default_base()) / bake_key(tc, kernels)
-    built = [(k.spec, _compile(k, tc, root)) for k in kernels]
-    write_target_manifest(tc, built, str(root))
+    with ThreadPoolExecutor(max_workers=max(1, min(len(kernels), os.cpu_count() or 1))) as pool:
+        binaries = list(pool.map(lambda k: _compile(k, tc, root), kernels))  # compilers in parallel
+    write_target_manifest(
+        tc, [(k.spec, kb) for k, kb in zip(kernels, binaries, strict=True)], str(root)
+    )
     return root
 
 
