@@ -166,6 +166,8 @@ def measured_cases(rows: Iterable[Row], target: str, engines: Iterable[str]) -> 
 
 #: The CSV's engine names of wino's own engines (wino.bench.modes.Engine.row_name).
 WINO_ENGINES = ("wino", "fused", "baked")
+#: Those a user runs without a compiler (the Best line's pool).
+AOT_ENGINES = ("wino", "fused")
 
 
 def best_wino(rows: Iterable[Row], column: str = "total_us") -> Row | None:

@@ -59,8 +59,7 @@ ENGINES_HEADER = (
     "| best AOT / direct | unfused / baked |\n"
     "|---|---|---|---|---|---|---|---|---|---|---|"
 )
-#: The engines a user gets without compiling (the baked one is the JIT yardstick).
-AOT_ENGINES = ("wino", "fused")
+AOT_ENGINES = results.AOT_ENGINES  # what a user gets without compiling
 
 
 def _best(case_rows: list[results.Row], engine: str) -> results.Row | None:
