@@ -8,7 +8,9 @@
 #      into $OUT/engines.csv (the baked engine compiles 3-4 kernels per case with nvcc)
 #   4. wino plot --engines: the table per layer and the geomeans per dtype (best wino engine vs
 #      cuDNN, U cached; the shape-generic cost, unfused vs baked), also in $OUT/engines.md
-# TILES (e.g. F4x4,F2x2,F6x4) restricts the tiles; BENCH_LIMIT (s) bounds each dtype's sweep.
+# TILES (e.g. F4x4,F2x2,F6x4) restricts the tiles; DTYPES (default "fp16 bf16") the dtypes;
+# BENCH_LIMIT (s, default 270) bounds each dtype's sweep: the CSV is merged after every case, so
+# a sweep cut short still gives the table of the cases it measured (one `run` call: 600 s).
 set -u -o pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -38,8 +40,8 @@ print(f"{len(lines)} layers with C, K >= 64 -> {sys.argv[1]}")
 PY
 tiles=()
 if [ -n "${TILES:-}" ]; then tiles=(--tile "$TILES"); fi
-for dtype in fp16 bf16; do
-  step "${BENCH_LIMIT:-420}" bench.log python3 -m wino.cli bench --target cuda \
+for dtype in ${DTYPES:-fp16 bf16}; do
+  step "${BENCH_LIMIT:-270}" bench.log python3 -m wino.cli bench --target cuda \
     --miopen-file "$OUT/cases.txt" --dtype "$dtype" "${tiles[@]}" \
     --engines fused,unfused,baked,cudnn --verify --results "$OUT/engines.csv" --skip-measured \
     --baked-root "${BAKED_ROOT:-/tmp/wino-baked}"

@@ -106,3 +106,32 @@ def test_engine_arguments_are_checked():
     available = parse_engines("available", Target.C)
     assert available[:3] == (Engine.UNFUSED, Engine.FUSED, Engine.BAKED)  # cc is here
     assert Engine.CUDNN not in available
+
+
+def test_fused_alone_writes_only_fused_rows(capsys, root, tmp_path):
+    csv_path = tmp_path / "r.csv"
+    argv = ["bench", "--cache-root", str(root), "--target", "c", "--miopen-cmd", CASE]
+    argv += ["--tile", "F2x2", "--engines", "fused", "--results", str(csv_path)]
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert {r["engine"] for r in results.read(csv_path)} == {"fused"}
+    assert "Best: " in out and "(fused)" in out
+
+
+def test_tune_records_a_fused_winner_when_it_is_faster():
+    from wino.bench.sweep import CaseRun, TileRun
+    from wino.bench.tune import winner
+
+    unfused = TileRun(None, {}, 10.0, error=0.001, tolerance=0.01)
+    fused = TileRun(None, {}, 5.0, error=0.001, tolerance=0.01)
+    failed = TileRun(None, {}, 1.0, error=0.5, tolerance=0.01)
+    run = CaseRun(Problem.from_miopen(CASE), tiles=[unfused], fused=[fused, failed])
+    assert winner(run) is fused
+    assert winner(CaseRun(run.problem, tiles=[unfused])) is unfused
+
+
+def test_tune_takes_only_plan_kinds(capsys, root):
+    argv = ["tune", "--cache-root", str(root), "--target", "c", "--miopen-cmd", CASE]
+    assert cli.main([*argv, "--engines", "unfused,baked"]) == 2
+    assert "wino tune records unfused and fused plans only" in capsys.readouterr().err

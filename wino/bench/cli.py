@@ -181,6 +181,13 @@ def tune_arguments(parser: argparse.ArgumentParser) -> None:
     _case_arguments(parser)
     _run_arguments(parser)
     parser.add_argument(
+        "--engines",
+        default=Engine.UNFUSED.value,
+        metavar="unfused,fused",
+        help="the plan kinds whose fastest verified plan is recorded (default unfused; with "
+        "fused, a fused winner makes dispatch run fused2d_rt for that problem)",
+    )
+    parser.add_argument(
         "--noise",
         type=float,
         default=NOISE_PERCENT,
@@ -462,6 +469,12 @@ def tune(args: argparse.Namespace) -> int:
     cases, bad = gather_cases(args)
     if args.noise <= 0:
         raise ValueError(f"--noise {args.noise:g}: expected a percentage > 0")
+    engines = set(parse_engines(args.engines, _target(args.target)))
+    if not engines <= {Engine.UNFUSED, Engine.FUSED}:
+        raise ValueError(
+            f"--engines {args.engines}: wino tune records unfused and fused plans only; "
+            "pass unfused, fused or unfused,fused"
+        )
     if args.dask:
         from ..scale.sweep import run_dask
 

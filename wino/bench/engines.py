@@ -26,6 +26,7 @@ from ..vocab import DType, Prescale, Stage, Tile
 from . import accuracy
 from .candidates import fits
 from .device import Device, Operands
+from .runs import TileRun
 from .select import Pick, Prober
 
 
@@ -118,8 +119,6 @@ def plan_error(plan: Plan, device: Device, operands: Operands, workspace, ref) -
 
 def timed_run(plan: Plan, device: Device, operands: Operands, prober, error, bound, options):
     """A sweep.TileRun of a plan timed whole: K1 per call (total) and U cached."""
-    from .sweep import TileRun
-
     workspace = prober.workspace(plan)
     total = chain_us(plan, device, operands, workspace, False)
     cached = chain_us(plan, device, operands, workspace, True)

@@ -23,6 +23,7 @@ from .compare import DirectResult
 from .device import Device, Operands
 from .modes import Compare, Engine, Timing
 from .roofline import bandwidth_gbs, bound_us, stage_bytes
+from .runs import TileRun
 from .select import Pick, Prober, select
 
 Say = Callable[[str], None]
@@ -63,23 +64,6 @@ class Options:
     def row_engines(self) -> tuple[str, ...]:
         """The CSV's engine names a complete case has a row of."""
         return tuple(e.row_name for e in self.engines)
-
-
-@dataclass
-class TileRun:
-    """The pipeline of one tile: its pick, stage and total times, and its check."""
-
-    pick: Pick
-    stage_us: dict[Stage, float]
-    total_us: float
-    error: float | None = None
-    tolerance: float | None = None
-    check_us: float | None = None  # a second, independent timing (Options.recheck)
-    cached_us: float | None = None  # the chain with U cached (K1 once per weights)
-
-    @property
-    def verified(self) -> bool:
-        return self.error is not None and accuracy.passes(self.error, self.tolerance)
 
 
 @dataclass
@@ -125,9 +109,10 @@ def bench_case(problem: Problem, device: Device, options: Options, say: Say) -> 
         say(f"skip {problem.label()}: refused [{refusal.rule}] {refusal.message}")
         return CaseRun(problem, refused=refusal)
     say(f"case {problem.label()}")
-    tiles = plan_tiles(problem, device, options, say)
+    unfused = {Engine.UNFUSED, Engine.BAKED} & set(options.engines)  # baked mirrors unfused
+    tiles = plan_tiles(problem, device, options, say) if unfused else {}
     run = CaseRun(problem)
-    if not tiles:
+    if not tiles and set(options.engines) <= {Engine.UNFUSED, Engine.BAKED}:
         say("  no pipeline fits this case")
         return run
     operands = device.operands(problem)
@@ -160,6 +145,8 @@ def bench_engines(run: CaseRun, device: Device, operands: Operands, ref, options
             say(tile_line(problem, run.baked, "baked"))
         except ValueError as why:  # BakeUnsupported: unequal batch chunks
             say(f"  baked: skipped: {why}")
+    if Engine.UNFUSED not in options.engines:
+        run.tiles.clear()  # timed for the baked engine only: no rows
     for engine in options.directs:
         run.directs[engine] = compare(engine.value, problem, device, operands, ref)
         say(direct_line(problem, engine.value, run.directs[engine]))
