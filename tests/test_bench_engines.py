@@ -135,3 +135,25 @@ def test_tune_takes_only_plan_kinds(capsys, root):
     argv = ["tune", "--cache-root", str(root), "--target", "c", "--miopen-cmd", CASE]
     assert cli.main([*argv, "--engines", "unfused,baked"]) == 2
     assert "wino tune records unfused and fused plans only" in capsys.readouterr().err
+
+
+def test_the_baked_engine_runs_the_baked_binaries(root, tmp_path):
+    """The bench runs a plan on its own cache's backend: the baked plan given all-zero
+    kernargs still verifies (the AOT binaries, which read them, would not)."""
+    from tests.test_baked import _zeroed
+    from wino.bench import engines
+    from wino.bench.baked import baked_plan
+    from wino.bench.device import open_device
+    from wino.runtime import dispatch
+
+    device = open_device(Target.C, root)
+    problem = Problem.from_miopen(CASE)
+    operands = device.operands(problem)
+    ref = device.reference(problem, operands)
+    aot = dispatch(problem, target=Target.C, tile=TILE, cache_root=root)
+    baked = _zeroed(baked_plan(aot, tmp_path))
+    workspace = device.workspace(aot.workspace_bytes)
+    want = engines.plan_error(aot, device, operands, workspace, ref)
+    assert engines.plan_error(baked, device, operands, workspace, ref) == want
+    assert engines.plan_error(_zeroed(aot), device, operands, workspace, ref) != want
+    assert engines.chain_us(baked, device, operands, workspace, cached=True) > 0

@@ -33,7 +33,7 @@ from .select import Pick, Prober
 def chain_us(plan: Plan, device: Device, operands: Operands, workspace, cached: bool) -> float:
     """The median time of one run of the whole plan: with U cached (U and fs computed once per
     operand set, outside the timing) or with K1 in every run."""
-    backend, stream = device.backend, device.launch_stream()
+    backend, stream = plan.backend(), device.launch_stream()  # the plan's cache (baked or AOT)
     filters = [None] * operands.sets
     if cached:
         filters = [backend.transform_filter(plan, w) for _, w, _ in operands.arrays]
@@ -112,7 +112,7 @@ def plan_error(plan: Plan, device: Device, operands: Operands, workspace, ref) -
     """One run of the whole plan (K1 included) on a poisoned output; its error against ref."""
     x, w, y = operands.arrays[0]
     device.poison(y)
-    device.backend.run(plan, x, w, y, workspace, None)
+    plan.backend().run(plan, x, w, y, workspace, None)  # a backend loads from its own cache
     device.synchronize()
     return device.error(y, ref)
 
