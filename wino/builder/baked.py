@@ -49,8 +49,13 @@ class BakedKernel:
 
 
 def default_base() -> Path:
-    """Where baked caches go unless told: <tmp>/wino-baked-<user>/."""
-    return Path(tempfile.gettempdir()) / f"wino-baked-{getpass.getuser()}"
+    """Where baked caches go unless told: <tmp>/wino-baked-<user>/ (the uid where the user has
+    no name, as in some containers)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return Path(tempfile.gettempdir()) / f"wino-baked-{user}"
 
 
 def toolchain(target: Target) -> Toolchain:
