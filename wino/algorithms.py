@@ -81,9 +81,15 @@ def crossovers() -> tuple[Crossover, ...]:
 
 
 def choose(problem: Problem, rules: tuple[Crossover, ...] | None = None) -> Choice:
-    """The first rule whose condition holds for ``problem`` (unfused when none does)."""
+    """The first rule whose condition holds for ``problem`` (unfused when none does); one
+    evaluation per (problem, rules) and process (the namespace costs milliseconds)."""
+    return _choose(problem, crossovers() if rules is None else tuple(rules))
+
+
+@lru_cache(maxsize=4096)
+def _choose(problem: Problem, rules: tuple[Crossover, ...]) -> Choice:
     ns = problem_namespace(problem)
-    for crossover in crossovers() if rules is None else rules:
+    for crossover in rules:
         if crossover.rule.fires(ns):
             reason = crossover.rule.refusal(ns).message
             return Choice(crossover.id, crossover.algorithm, reason)
