@@ -27,6 +27,12 @@ MUTANTS = {
         "        if False:",
         ["tests/test_cache.py"],
     ),
+    "load-by-path": (
+        "wino/runtime/host.py",
+        "library = loader.load_shared_object(image, name)",
+        "library = ctypes.CDLL(str(self.manifest.kernels[name].path))",
+        ["tests/test_runtime_loader.py", "-k", "swapped"],
+    ),
     "skip-symbol-check": (
         "wino/cache.py",
         'if fields["symbol"] != name:',

@@ -248,11 +248,11 @@ def forced_cases() -> list[Case]:
     for i, tile in enumerate(TILES):
         dtype = _cycle(DTYPES, i)
         modes = {
-            DType.FP32: [(DType.FP32, Prescale.NONE)],
+            DType.FP32: [(DType.FP32, Prescale.FUSED), (DType.FP32, Prescale.SPLIT)],
             DType.FP16: [(DType.FP16, Prescale.FUSED), (DType.FP16, Prescale.SPLIT)],
             DType.BF16: [
                 (DType.FP16, Prescale.SPLIT),
-                (DType.BF16, Prescale.NONE),
+                (DType.BF16, Prescale.SPLIT),
                 (DType.FP16, Prescale.FUSED),
             ],
         }[dtype]

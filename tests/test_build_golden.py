@@ -24,7 +24,8 @@ def test_shard_is_representative():
     assert {s.stage for s in specs} == set(GRID_STAGES)
     k2 = [s for s in specs if isinstance(s, RtInputSpec)]
     assert {s.path for s in k2} == set(K2Path)
-    assert {s.prescale for s in k2} == set(Prescale)
+    assert {s.prescale for s in k2} == set(Prescale) - {Prescale.NONE}  # every grid K2 scales
+    assert {s.prescale for s in specs if hasattr(s, "prescale")} == set(Prescale)
     assert {s.io for s in specs} == set(DType)
     assert len({s.tile for s in specs}) >= 4
     last = [s for s in specs if s.stage in (Stage.OUTPUT, Stage.FUSED)]  # with and without

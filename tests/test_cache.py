@@ -20,7 +20,7 @@ from wino import cache
 from wino.cli import main
 from wino.pick import default_stage_specs
 from wino.problem import Problem
-from wino.runtime import conv2d_reference, dispatch, relative_error
+from wino.runtime import conv2d_reference, dispatch, loader, relative_error
 from wino.vocab import TILES, Target
 
 PROBLEM = Problem(N=1, C=8, H=6, W=6, K=8)
@@ -60,15 +60,21 @@ def _first(kernels: dict) -> dict:
 
 @pytest.fixture()
 def loads(monkeypatch) -> list[str]:
-    """Every shared object the host backend loads."""
+    """Every shared object the host backend loads: the paths dlopen sees, and the kernels
+    whose checked bytes the loader is given (as "image:<name>")."""
     seen: list[str] = []
-    real = ctypes.CDLL
+    real, real_load = ctypes.CDLL, loader.load_shared_object
 
     def spy(name, *args, **kwargs):
         seen.append(str(name))
         return real(name, *args, **kwargs)
 
+    def spy_load(image, name):
+        seen.append(f"image:{name}")
+        return real_load(image, name)
+
     monkeypatch.setattr(ctypes, "CDLL", spy)
+    monkeypatch.setattr(loader, "load_shared_object", spy_load)
     return seen
 
 
@@ -83,9 +89,10 @@ def _run(root: Path):
 def test_intact_cache_runs_and_verifies(root, loads):
     plan, y, ref = _run(root)
     assert relative_error(y, ref) < 1e-5
-    assert sorted(Path(p).name.rsplit("-", 1)[0] for p in loads) == sorted(
-        s.name for s in plan.specs.values()
-    )
+    images = sorted(p.removeprefix("image:") for p in loads if p.startswith("image:"))
+    assert images == sorted(s.name for s in plan.specs.values())
+    paths = [p for p in loads if not p.startswith("image:")]
+    assert len(paths) == len(images) and all(p.startswith("/proc/self/fd/") for p in paths)
     checked, problems = cache.verify(root)
     assert checked == len(json.loads(_manifest_path(root).read_text())["kernels"]) and not problems
 

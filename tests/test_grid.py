@@ -73,7 +73,8 @@ def test_accepted_specs_keep_the_hard_limits():
             assert 0 < lds_bytes(spec) <= params["lds_bytes_limit"], spec.name
             assert spec.prescale is not Prescale.FUSED, spec.name
         if isinstance(spec, RtInputSpec):
-            assert (spec.prescale is Prescale.NONE) == (spec.xdtype is not DType.FP16), spec.name
+            # the range guarantee (tests/test_range.py): every K2 scales its tiles
+            assert spec.prescale is not Prescale.NONE, spec.name
             assert spec.xdtype in (spec.io, DType.FP16), spec.name
             if spec.path is K2Path.REGISTER:
                 assert spec.lds_lanes == spec.lds_width == 0, spec.name
@@ -169,9 +170,8 @@ def _assert_narrowed(problem: Problem, tile, picks) -> None:
     for spec in picks.values():
         stage_launch(spec, problem)
     lanes = problem.C // k2.vec
-    if problem.dtype is DType.FP32:
-        assert k2.prescale is Prescale.NONE and k2.xdtype is DType.FP32
-    elif k2.prescale is Prescale.FUSED:
+    assert k2.xdtype is (DType.FP32 if problem.dtype is DType.FP32 else DType.FP16)
+    if k2.prescale is Prescale.FUSED:
         assert lanes <= k2.block == min(b for b in FUSED_BLOCKS if b >= lanes)
         assert lanes <= 1024 and not (tile.bins > 36 and lanes > 512)
     else:
@@ -182,14 +182,10 @@ def _assert_narrowed(problem: Problem, tile, picks) -> None:
         )
     wider = [v for v in VECS if v > k2.vec and problem.Cg % v == 0]
     for v in wider:  # narrowing keeps the widest vec the grid serves
-        assert not grid.in_grid(
-            replace(
-                k2,
-                vec=v,
-                block=256,
-                prescale=(Prescale.NONE if k2.xdtype is not DType.FP16 else Prescale.SPLIT),
-            )
-        ), (v, k2.name)
+        assert not grid.in_grid(replace(k2, vec=v, block=256, prescale=Prescale.SPLIT)), (
+            v,
+            k2.name,
+        )
 
 
 @pytest.mark.parametrize("tile", TILES, ids=str)
@@ -232,7 +228,7 @@ def test_default_pick_dtype_argument_overrides_the_problem():
 
 def test_default_pick_with_bf16_storage():
     picks = default_stage_specs(_problem(64, dtype=DType.BF16), TILES[1], xdtype=DType.BF16)
-    assert picks[Stage.INPUT].prescale is Prescale.NONE
+    assert picks[Stage.INPUT].prescale is Prescale.FUSED and picks[Stage.INPUT].xdtype is DType.BF16
     assert picks[Stage.FILTER].xdtype is DType.BF16 and all(map(grid.in_grid, picks.values()))
 
 

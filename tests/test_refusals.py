@@ -68,10 +68,6 @@ SPEC_BREAKERS = {
         RtInputSpec(prescale="none"),
         "fp16 transformed storage without a tile scale can overflow",
     ),
-    "prescale_needs_fp16_storage": (
-        RtInputSpec(io="fp32", xdtype="fp32", prescale="fused"),
-        "prescale fused only serves fp16 transformed storage (fp32 has fp32's range)",
-    ),
     "reg_with_lds_knobs": (
         RtInputSpec(lds_lanes=16),
         "the register path takes no LDS knobs (lds_lanes 16, lds_width 0)",
@@ -145,7 +141,6 @@ SPEC_REPAIRS = {
     "input_window_registers": dict(vec=4),
     "transformed_dtype_unsupported": dict(xdtype="fp32", prescale="none"),
     "fp16_storage_needs_prescale": dict(prescale="split"),
-    "prescale_needs_fp16_storage": dict(prescale="none"),
     "reg_with_lds_knobs": dict(lds_lanes=0),
     "lds_lanes_not_pow2": dict(lds_lanes=32, lds_width=3),
     "lds_zero_width": dict(lds_width=4),

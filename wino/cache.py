@@ -248,15 +248,46 @@ class Manifest:
                 )
         return entry
 
+    def image(self, name: str) -> bytes:
+        """The named kernel's binary, read once and checked: it lies inside the cache folder
+        and the sha256 of exactly these bytes matches the manifest. Load these bytes, never the
+        path again (a file swapped after the check would load unchecked); KeyError or
+        CacheError as ``kernel``."""
+        entry = self.kernel(name, verify=False)
+        resolved, problem = _inside(self.directory, entry)
+        if problem is None:
+            try:
+                data = resolved.read_bytes()
+            except OSError as err:
+                problem = f"binary {entry.path} cannot be read ({err.strerror})"
+            else:
+                if hashlib.sha256(data).hexdigest() == entry.sha256:
+                    return data
+                problem = (
+                    f"binary {entry.path}: its sha256 does not match the manifest "
+                    "(corrupt or replaced)"
+                )
+        raise CacheError(f"{self.path}: kernel {name}: {problem}; {_repair(self.target.value)}")
 
-def binary_problem(directory: Path, entry: CachedKernel) -> str | None:
-    """What is wrong with a kernel's binary (outside the cache, missing, checksum), or None."""
+
+def _inside(directory: Path, entry: CachedKernel) -> tuple[Path, str | None]:
+    """The binary's resolved path, and what is wrong with where it lies (missing, outside)."""
     try:
         resolved = entry.path.resolve(strict=True)
     except OSError:
-        return f"binary {entry.path} is missing"
+        return entry.path, f"binary {entry.path} is missing"
     if not resolved.is_relative_to(directory.resolve()):
-        return f"binary {entry.path} resolves to {resolved}, outside the cache folder {directory}"
+        return resolved, (
+            f"binary {entry.path} resolves to {resolved}, outside the cache folder {directory}"
+        )
+    return resolved, None
+
+
+def binary_problem(directory: Path, entry: CachedKernel) -> str | None:
+    """What is wrong with a kernel's binary (outside the cache, missing, checksum), or None."""
+    resolved, problem = _inside(directory, entry)
+    if problem is not None:
+        return problem
     stat = resolved.stat()
     state = (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
     if not _checked(resolved, entry.sha256, state):

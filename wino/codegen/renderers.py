@@ -200,6 +200,7 @@ class CRenderer(Renderer):
     """Host C11 + OpenMP: workgroup-loop emulation of the kernel text."""
 
     target = Target.C
+    fmax = "wino_fmaxf"  # the prelude's: one maxss, where fmaxf is a libm call per element
     #: The block body twice in one portable binary: for any x86-64 and for x86-64-v3 (AVX2,
     #: FMA, F16C: hardware half conversions, 8-wide lanes), picked once at load (ifunc).
     #: -std=c11 keeps -ffp-contract=off, so both bodies round alike (no FMA contraction).
@@ -235,6 +236,10 @@ class CRenderer(Renderer):
             "{ _Float16 f; memcpy(&f, &h, 2); return (float)f; }\n"
             "static inline unsigned short wino_f2h(float x) "
             "{ _Float16 f = (_Float16)x; unsigned short h; memcpy(&h, &f, 2); return h; }\n"
+            "/* fmaxf(m, b) for a running max m that is never NaN (every use starts it at 0): b\n"
+            " * when b > m, else m (a NaN b is ignored, as fmaxf does). GCC makes it one maxss;\n"
+            " * fmaxf itself is a libm call per element without -ffinite-math-only. */\n"
+            "static inline float wino_fmaxf(float m, float b) { return b > m ? b : m; }\n"
             + self.CLONES
         )
 

@@ -142,10 +142,13 @@ class CudaBackend(Backend):
 
     def function(self, name: str):
         if name not in self._functions:
-            entry = self.manifest.kernel(name)
+            image = self.manifest.image(name)  # read once, sha256 of these bytes checked
             module = self.cupy.cuda.function.Module()
-            module.load_file(str(entry.path))
-            self._functions[name] = (module, module.get_function(entry.symbol))
+            module.load(image)  # cuModuleLoadData: exactly the checked bytes
+            self._functions[name] = (
+                module,
+                module.get_function(self.manifest.kernels[name].symbol),
+            )
         return self._functions[name][1]
 
     def gemm_handle(self) -> Gemm:

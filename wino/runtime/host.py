@@ -14,6 +14,7 @@ from threadpoolctl import ThreadpoolController
 
 from .. import cache
 from ..vocab import DType
+from . import loader
 from .arrays import is_torch, numpy_dtype, torch_numpy
 from .backends import Backend
 from .plan import GemmStep, KernelStep, Plan
@@ -92,9 +93,9 @@ class HostBackend(Backend):
     def function(self, name: str):
         if name not in self._functions:
             passive_openmp()
-            entry = self.manifest.kernel(name)
-            library = ctypes.CDLL(str(entry.path))
-            self._functions[name] = getattr(library, entry.symbol)
+            image = self.manifest.image(name)  # read once, sha256 of these bytes checked
+            library = loader.load_shared_object(image, name)
+            self._functions[name] = getattr(library, self.manifest.kernels[name].symbol)
         return self._functions[name]
 
     def prepare(self, plan: Plan, step: KernelStep) -> _Launch:
