@@ -25,7 +25,7 @@ from wino.vocab import Tile
 
 root = Path(sys.argv[1])
 problem = Problem(N=2, C=64, H=14, W=14, K=64, pad_h=1, pad_w=1, dtype="fp16")
-specs = default_stage_specs(problem, Tile(4, 4))
+specs = default_stage_specs(problem, Tile(4, 4), target="cuda")
 manifest = cuda_cache.build(specs.values(), root)
 header = (manifest.directory / HEADER).read_text()
 assert all(f"{s.name}(struct wino_args_" in header for s in specs.values()), "header lacks a kernel"

@@ -85,7 +85,9 @@ def build() -> None:
             specs.update(_pipeline(spec, _problem(spec.io, **fields)).values())
     for _, fields in LAYERS:
         problem = _layer(fields)
-        specs.update(default_stage_specs(problem, default_tile(problem)).values())
+        specs.update(
+            default_stage_specs(problem, default_tile(problem), target=Target.CUDA).values()
+        )
         for spec in FUSED:
             if spec.io is DType.FP16:
                 specs.update(_pipeline(spec, problem).values())

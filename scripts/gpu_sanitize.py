@@ -35,7 +35,7 @@ def _with(problem: Problem, dtype: str) -> Problem:
 
 
 def _forced(problem: Problem, k2) -> dict:
-    specs = dict(default_stage_specs(problem, k2.tile))
+    specs = dict(default_stage_specs(problem, k2.tile, target="cuda"))
     specs[Stage.INPUT] = k2
     if k2.prescale is Prescale.SPLIT:
         specs.setdefault(Stage.PRESCALE, RtPrescaleSpec(k2.tile, k2.io, 1))
@@ -46,11 +46,15 @@ def _forced(problem: Problem, k2) -> dict:
 
 def cases() -> list[tuple[str, Problem, dict]]:
     """(label, problem, stage specs) of the representative set."""
-    out = [(f"default {t} fp16", SMALL, default_stage_specs(SMALL, t)) for t in TILES]
+    out = [
+        (f"default {t} fp16", SMALL, default_stage_specs(SMALL, t, target="cuda")) for t in TILES
+    ]
     for dtype in ("bf16", "fp32"):
         p = _with(SMALL, dtype)
-        out.append((f"default F4x4 {dtype}", p, default_stage_specs(p, Tile(4, 4))))
-    out.append(("wide C (split prescale)", WIDE, default_stage_specs(WIDE, Tile(4, 4))))
+        out.append((f"default F4x4 {dtype}", p, default_stage_specs(p, Tile(4, 4), target="cuda")))
+    out.append(
+        ("wide C (split prescale)", WIDE, default_stage_specs(WIDE, Tile(4, 4), target="cuda"))
+    )
     for k2 in aot_stage_specs(Stage.INPUT):
         if k2.io is not DType.FP16:
             continue

@@ -1,13 +1,15 @@
 """wino's c target against onnxruntime's CPU Conv, same process, same threads, interleaved.
 
-For each case (MIOpenDriver lines): the default-pick plan of each tile (filter transform done
-once, workspace and output passed in) and an onnxruntime session of the same Conv (NCHW, the
-filter a constant initializer) run in turns, ``--repeats`` rounds; the medians and the ratio
-onnxruntime time / best wino time, then the geometric mean. Interleaving makes the ratio robust
-to a shared machine's load (both engines see the same load); absolute times are not.
+For each case (MIOpenDriver lines): the default-pick plan of each dtype and tile (filter
+transform done once, workspace and output passed in) and an onnxruntime session of the same
+Conv in fp32 (NCHW, the filter a constant initializer) run in turns, ``--repeats`` rounds; the
+medians, the ratio onnxruntime time / best wino time per dtype, and each 16-bit dtype's best
+time over fp32's; then geometric means and the worst layer. Interleaving makes the ratios
+robust to a shared machine's load (every engine and dtype sees the same load); absolute times
+are not.
 
     OMP_NUM_THREADS=2 python scripts/host_vs_onnxruntime.py docs/bench/host_cases.txt \\
-        --cache-root build --tile F4x4,F2x2 --dtype fp32
+        --cache-root build --tile F4x4,F2x2 --dtype fp32,fp16,bf16
 
 Needs the onnx extra (pip install -e '.[onnx]') and a c cache holding the default picks.
 """
@@ -64,40 +66,65 @@ def medians_ms(calls: dict, repeats: int) -> dict[str, float]:
     return {name: statistics.median(s) * 1e3 for name, s in samples.items()}
 
 
+def layer_calls(problem, dtypes, tiles, root) -> dict:
+    """One onnxruntime call (fp32: its x86 Conv has no 16-bit kernel) and a wino call per dtype
+    and tile, on the same N(0, 1) values (rounded to each dtype)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((problem.N, problem.H, problem.W, problem.C), np.float32)
+    w = rng.standard_normal((problem.K, problem.R, problem.S, problem.Cg), np.float32)
+    calls = {"onnxruntime": onnxruntime_call(problem, x, w)}
+    for dtype in dtypes:
+        p = replace(problem, dtype=dtype)
+        xd, wd = x.astype(numpy_dtype(dtype)), w.astype(numpy_dtype(dtype))
+        for tile in tiles:
+            calls[f"{dtype.short} {tile}"] = wino_call(p, tile, xd, wd, root)
+    return calls
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cases", type=Path)
     parser.add_argument("--cache-root", type=Path, default=None)
     parser.add_argument("--tile", default="F4x4,F2x2")
-    parser.add_argument("--dtype", default="fp32", choices=[d.short for d in DType])
+    parser.add_argument(
+        "--dtype", default="fp32", help="a comma list of fp32, fp16, bf16, timed in turns"
+    )
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    dtype = next(d for d in DType if d.short == args.dtype)
+    dtypes = [DType.parse(d) for d in args.dtype.split(",")]
     tiles = args.tile.split(",")
-    logs = []
+    vs_ort = {d: [] for d in dtypes}
+    vs_fp32 = {d: [] for d in dtypes}
     print(f"threads {host_threads()}, {args.dtype}, {args.repeats} interleaved rounds, medians")
     for problem in read_miopen_file(str(args.cases)):
-        problem = replace(problem, dtype=dtype)
-        rng = np.random.default_rng(0)
-        x = rng.standard_normal((problem.N, problem.H, problem.W, problem.C), np.float32)
-        w = rng.standard_normal((problem.K, problem.R, problem.S, problem.Cg), np.float32)
-        x, w = x.astype(numpy_dtype(dtype)), w.astype(numpy_dtype(dtype))
-        calls = {t: wino_call(problem, t, x, w, args.cache_root) for t in tiles}
-        calls["onnxruntime"] = onnxruntime_call(problem, x, w)
-        ms = medians_ms(calls, args.repeats)
-        best = min(tiles, key=ms.get)
-        ratio = ms["onnxruntime"] / ms[best]
-        logs.append(math.log(ratio))
-        times = " ".join(f"{t} {ms[t]:.1f}" for t in tiles)
-        print(
-            f"{problem.label():44s} onnxruntime {ms['onnxruntime']:8.1f} ms  wino {times} ms"
-            f"  ratio {ratio:.2f}",
-            flush=True,
+        ms = medians_ms(layer_calls(problem, dtypes, tiles, args.cache_root), args.repeats)
+        best = {d: min(ms[f"{d.short} {t}"] for t in tiles) for d in dtypes}
+        parts = []
+        for d in dtypes:
+            vs_ort[d].append(ms["onnxruntime"] / best[d])
+            times = " ".join(f"{t} {ms[f'{d.short} {t}']:.1f}" for t in tiles)
+            part = f"{d.short}: {times} ms, ratio {vs_ort[d][-1]:.2f}"
+            if DType.FP32 in best and d is not DType.FP32:
+                vs_fp32[d].append(best[d] / best[DType.FP32])
+                part += f", /fp32 {vs_fp32[d][-1]:.2f}"
+            parts.append(part)
+        label = replace(problem, dtype=DType.FP32).label().removeprefix("fp32 ")
+        print(f"{label:40s} onnxruntime {ms['onnxruntime']:7.1f} ms | " + " | ".join(parts))
+    for d in dtypes:
+        line = (
+            f"{d.short}: geomean onnxruntime time / wino time {geomean(vs_ort[d]):.2f} "
+            f"(worst {min(vs_ort[d]):.2f}) over {len(vs_ort[d])} layers"
         )
-    print(
-        f"geomean onnxruntime time / wino time: {math.exp(sum(logs) / len(logs)):.2f} "
-        f"over {len(logs)} layers"
-    )
+        if vs_fp32[d]:
+            line += (
+                f"; wino {d.short} time / fp32 time geomean {geomean(vs_fp32[d]):.2f}, "
+                f"worst {max(vs_fp32[d]):.2f}"
+            )
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from wino.runtime import verify
 from wino.runtime.arrays import numpy_dtype
 from wino.runtime.plan import default_tile
 from wino.specs import RtInputSpec, RtPrescaleSpec, StageSpec
-from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Tile
+from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Target, Tile
 
 DTYPES = (DType.FP32, DType.FP16, DType.BF16)
 
@@ -42,6 +42,10 @@ def claimed_bound(tile: Tile, dtype: DType, xdtype: DType) -> float:
 
 
 def issue_bound(tile: Tile, dtype: DType, xdtype: DType) -> float:
+    """The issue's bound; it set none for fp32 storage of 16-bit inputs (the c target's): its
+    fp16-storage bound, the looser, holds them."""
+    if dtype is not DType.FP32 and xdtype is DType.FP32:
+        xdtype = DType.FP16
     key = f"bf16/{xdtype.short}" if dtype is DType.BF16 else dtype.short
     return ISSUE_BOUNDS[FAMILY[tile]][key]
 
@@ -97,14 +101,23 @@ def pipeline(problem_: Problem, k2: RtInputSpec, vec: int | None = None) -> tupl
     return (*specs, k2, k4)
 
 
+def gpu_pick(p: Problem, tile: Tile, label: str) -> Case:
+    """The case with the GPUs' default pick forced (16-bit inputs: fp16 storage, prescaled),
+    which the c target's own pick (fp32 storage) no longer runs."""
+    return Case(p, tile, tuple(default_stage_specs(p, tile, target=Target.CUDA).values()), label)
+
+
 #: Every tile x every dtype at C = 256 (representative errors), a partial last tile in both
-#: dimensions, default picks; plus bf16 transformed storage (forced) for every tile.
+#: dimensions, the c target's default picks (16-bit inputs: fp32 storage); plus, forced, the
+#: GPUs' fp16 storage for fp16 and bf16 and bf16 storage for bf16, on every tile.
 def numerics_cases() -> list[Case]:
     cases = []
     for tile in TILES:
         for dtype in DTYPES:
             p = problem(dtype, C=256, H=13, W=11, K=64)
             cases.append(Case(p, tile))
+            if dtype is not DType.FP32:
+                cases.append(gpu_pick(p, tile, "xfp16"))
         p = problem(DType.BF16, C=256, H=13, W=11, K=64)
         k2 = default_stage_specs(p, tile, xdtype=DType.BF16)[Stage.INPUT]
         cases.append(Case(p, tile, pipeline(p, k2), "xbf16"))
@@ -203,15 +216,17 @@ WIDE = [
 
 
 def wide_cases() -> list[Case]:
+    """Each WIDE row with the GPUs' pick forced (its K2 mode); fp32 storage at wide C, the c
+    target's pick for every dtype."""
     cases = []
     for i, (c, tile, *_rest) in enumerate(WIDE):
         dtype = (DType.FP16, DType.BF16)[i % 2]
         side = 6 if c < 1024 else 3
-        cases.append(
-            Case(problem(dtype, C=c, H=side, W=side + 1, K=8), Tile.parse(tile), label=f"wide{c}")
-        )
-    for c in (256, 2048, 4096):  # fp32: no prescale at any width
-        cases.append(Case(problem(DType.FP32, C=c, H=3, W=4, K=8), Tile(4, 4), label=f"wide{c}"))
+        p = problem(dtype, C=c, H=side, W=side + 1, K=8)
+        cases.append(gpu_pick(p, Tile.parse(tile), f"wide{c}"))
+    for c, dtype in ((256, DType.FP32), (2048, DType.FP32), (4096, DType.FP32), (2048, DType.FP16)):
+        cases.append(Case(problem(dtype, C=c, H=3, W=4, K=8), Tile(4, 4), label=f"wide{c}"))
+    cases.append(Case(problem(DType.BF16, C=4096, H=3, W=4, K=8), Tile(6, 6), label="wide4096"))
     return cases
 
 

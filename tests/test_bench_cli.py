@@ -20,7 +20,7 @@ from wino.bench.host import HostDevice
 from wino.bench.modes import Compare, Timing
 from wino.bench.sweep import Options
 from wino.problem import Problem, read_miopen_file
-from wino.vocab import TILES, DType, Tile
+from wino.vocab import TILES, DType, Target, Tile
 
 SMALL = "conv -n 2 -c 8 -H 10 -W 10 -k 8 -p 1 -q 1"
 OTHER = "conv -n 1 -c 16 -H 7 -W 9 -k 8 -p 1 -q 0"
@@ -166,14 +166,14 @@ def test_verified_sweep_over_dtypes(capsys, root, tmp_path):
     ]
     for row in rows:
         assert row["verified"] == "yes" and float(row["error"]) <= float(row["tolerance"])
-        assert float(row["tolerance"]) == accuracy.tolerance(
-            Tile.parse(row["tile"]), DType(row["dtype"])
+        assert float(row["tolerance"]) == accuracy.tolerance(  # the c target's storage (fp32)
+            Tile.parse(row["tile"]), DType(row["dtype"]), Target.C
         )
     assert BEST.match(out.splitlines()[-1]) and "(unverified)" not in out.splitlines()[-1]
 
 
 def test_exit_one_when_every_pipeline_of_a_case_fails(capsys, root, monkeypatch):
-    monkeypatch.setattr(accuracy, "tolerance", lambda tile, dtype: 0.0)
+    monkeypatch.setattr(accuracy, "tolerance", lambda tile, dtype, target=None: 0.0)
     code, out, _ = _bench(capsys, root, "--miopen-cmd", SMALL, "--tile", "F4x4", "--verify")
     assert code == 1
     assert "FAIL" in out

@@ -16,7 +16,7 @@ from wino.cli import main
 from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.runtime.registry import cuda_available
-from wino.vocab import Tile
+from wino.vocab import Target, Tile
 
 torch = pytest.importorskip("torch", reason="the bench's operands and reference use PyTorch")
 
@@ -32,7 +32,8 @@ CASE = "convfp16 -n 16 -c 64 -H 56 -W 56 -k 64 -y 3 -x 3 -p 1 -q 1"
 
 def test_block_timing_holds_the_whole_chain(tmp_path, capsys):
     problem = Problem.from_miopen(CASE)
-    cuda_cache.build(default_stage_specs(problem, Tile(4, 4)).values(), tmp_path / "b")
+    specs = default_stage_specs(problem, Tile(4, 4), target=Target.CUDA)
+    cuda_cache.build(specs.values(), tmp_path / "b")
     results = tmp_path / "r.csv"
     argv = ["bench", "--target", "cuda", "--cache-root", str(tmp_path / "b"), "--tile", "F4x4"]
     code = main([*argv, "--candidates", "1", "--results", str(results), "--miopen-cmd", CASE])

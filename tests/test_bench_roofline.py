@@ -17,17 +17,19 @@ TILE = Tile(2, 2)
 X, Y, W = 2 * 6 * 6 * 8 * 2, 2 * 6 * 6 * 16 * 2, 16 * 9 * 8 * 2  # 1152, 2304, 2304 bytes
 U, FS = 16 * 16 * 8 * 2, 16 * 4  # 4096, 64 (fp16 storage, fp32 filter scales)
 V, TS, M = 16 * 18 * 8 * 2, 18 * 4, 16 * 18 * 16 * 4  # 4608, 72, 18432 (fp32 accumulators)
+#: fp16 storage with the fused prescale (the GPUs' pick; the c target's own stores fp32), forced.
+SPECS = default_stage_specs(PROBLEM, TILE, target=Target.CUDA)
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     root = tmp_path_factory.mktemp("roofline-cache")
-    host_cache.build(default_stage_specs(PROBLEM, TILE).values(), root)
+    host_cache.build(SPECS.values(), root)
     return root
 
 
 def test_bytes_per_stage_by_hand(root):
-    plan = dispatch(PROBLEM, target="c", tile=TILE, cache_root=root)
+    plan = dispatch(PROBLEM, target="c", tile=TILE, cache_root=root, specs=SPECS)
     assert plan.xdtype is DType.FP16 and Stage.PRESCALE not in plan.specs  # fused prescale
     assert stage_bytes(plan) == {
         Stage.FILTER: W + U + FS,  # 6464
@@ -39,7 +41,7 @@ def test_bytes_per_stage_by_hand(root):
 
 
 def test_batch_chunks_read_u_once_per_chunk(root):
-    plan = dispatch(PROBLEM, target="c", tile=TILE, cache_root=root, batch_split=1)
+    plan = dispatch(PROBLEM, target="c", tile=TILE, cache_root=root, batch_split=1, specs=SPECS)
     assert plan.chunks == [(0, 1), (1, 1)]
     moved = stage_bytes(plan)
     assert moved[Stage.GEMM] == V + 2 * U + M  # U and fs are read by every chunk
@@ -48,7 +50,7 @@ def test_batch_chunks_read_u_once_per_chunk(root):
 
 
 def test_bound_is_bytes_at_the_copy_rate_plus_flops_at_the_gemm_rate(root):
-    plan = dispatch(PROBLEM, target="c", tile=TILE, cache_root=root)
+    plan = dispatch(PROBLEM, target="c", tile=TILE, cache_root=root, specs=SPECS)
     total = 6464 + 5832 + 27136 + 20872  # 60304 bytes
     # 60304 B at 100 GB/s = 0.60304 us; 73728 FLOP at 1 TFLOP/s = 0.073728 us
     assert bound_us(plan, 100.0, 1.0) == pytest.approx(0.60304 + 0.073728, rel=1e-12)

@@ -14,7 +14,7 @@ from wino.grid import in_grid
 from wino.launch import stage_launch
 from wino.pick import default_stage_specs
 from wino.problem import Problem
-from wino.vocab import TILES, DType, Prescale, Stage, Tile
+from wino.vocab import TILES, DType, Prescale, Stage, Target, Tile
 
 SMALL = Problem(N=2, C=16, H=10, W=10, K=8, pad_h=1, pad_w=1)
 
@@ -41,17 +41,23 @@ def test_candidates_fit_and_keep_one_storage(dtype, tile):
 
 def test_storage_families_per_dtype():
     assert [f.xdtype for f in cands.families(_with(DType.FP32), Tile(4, 4))] == [DType.FP32]
-    assert [f.xdtype for f in cands.families(_with(DType.FP16), Tile(4, 4))] == [DType.FP16]
-    bf16 = [f.xdtype for f in cands.families(_with(DType.BF16), Tile(4, 4))]
-    assert bf16 == [DType.FP16, DType.BF16]  # the default storage first
+    fp16 = [f.xdtype for f in cands.families(_with(DType.FP16), Tile(4, 4), target=Target.CUDA)]
+    assert fp16 == [DType.FP16, DType.FP32]  # the target's default storage first
+    fp16 = [f.xdtype for f in cands.families(_with(DType.FP16), Tile(4, 4), target=Target.C)]
+    assert fp16 == [DType.FP32, DType.FP16]
+    bf16 = [f.xdtype for f in cands.families(_with(DType.BF16), Tile(4, 4), target=Target.CUDA)]
+    assert bf16 == [DType.FP16, DType.BF16, DType.FP32]
+    bf16 = [f.xdtype for f in cands.families(_with(DType.BF16), Tile(4, 4), target=Target.C)]
+    assert bf16 == [DType.FP32, DType.BF16, DType.FP16]
 
 
+@pytest.mark.parametrize("target", [Target.C, Target.CUDA], ids=lambda t: t.value)
 @pytest.mark.parametrize("dtype", list(DType))
-def test_the_default_pick_comes_first_and_limit_keeps_it(dtype):
+def test_the_default_pick_comes_first_and_limit_keeps_it(dtype, target):
     problem = _with(dtype)
     for tile in TILES:
-        default = default_stage_specs(problem, tile)
-        family = cands.families(problem, tile, limit=2)[0]
+        default = default_stage_specs(problem, tile, target=target)
+        family = cands.families(problem, tile, limit=2, target=target)[0]
         for stage, spec in default.items():
             assert family.by_stage[stage][0] == spec
             assert len(family.by_stage[stage]) <= 2

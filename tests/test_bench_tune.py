@@ -86,7 +86,7 @@ def test_the_db_keeps_every_tuned_problem(capsys, root):
 
 
 def test_nothing_is_recorded_without_a_verified_pipeline(capsys, root, monkeypatch):
-    monkeypatch.setattr(accuracy, "tolerance", lambda tile, dtype: 0.0)
+    monkeypatch.setattr(accuracy, "tolerance", lambda tile, dtype, target=None: 0.0)
     code, out, _ = _tune(capsys, root, "--miopen-cmd", TUNED)
     assert code == 1 and "not tuned" in out
     assert not tuning.db_path(Target.C, root).exists()

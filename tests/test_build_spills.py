@@ -52,7 +52,7 @@ def default_picks(problems: list[Problem]) -> dict[str, list[str]]:
         for tile in TILES:
             for dtype in DType:
                 try:
-                    chosen = default_stage_specs(problem, tile, dtype).values()
+                    chosen = default_stage_specs(problem, tile, dtype, target=Target.CUDA).values()
                 except Refused:
                     continue
                 for spec in chosen:

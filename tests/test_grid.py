@@ -10,11 +10,11 @@ import pytest
 from wino import config, grid
 from wino.fused import FusedBudget
 from wino.launch import largest_split, stage_launch
-from wino.pick import default_stage_specs
+from wino.pick import default_stage_specs, default_xdtype
 from wino.problem import Problem
 from wino.refusals import Refused, check_problem, lds_bytes, rule_book, rules, spec_namespace
 from wino.specs import RtFusedSpec, RtInputSpec
-from wino.vocab import TILES, VECS, DType, K2Path, Prescale, Stage, Tile
+from wino.vocab import TILES, VECS, DType, K2Path, Prescale, Stage, Target, Tile
 
 STAGES = grid.GRID_STAGES
 DTYPES = (DType.FP16, DType.BF16, DType.FP32)
@@ -73,9 +73,11 @@ def test_accepted_specs_keep_the_hard_limits():
             assert 0 < lds_bytes(spec) <= params["lds_bytes_limit"], spec.name
             assert spec.prescale is not Prescale.FUSED, spec.name
         if isinstance(spec, RtInputSpec):
-            # the range guarantee (tests/test_range.py): every K2 scales its tiles
-            assert spec.prescale is not Prescale.NONE, spec.name
-            assert spec.xdtype in (spec.io, DType.FP16), spec.name
+            # the range guarantee (tests/test_range.py): every K2 scales its tiles, but for fp16
+            # io stored in fp32 (fp32's range holds every transformed fp16 tile)
+            unscaled_ok = (spec.io, spec.xdtype) == (DType.FP16, DType.FP32)
+            assert (spec.prescale is Prescale.NONE) == unscaled_ok, spec.name
+            assert spec.xdtype in (spec.io, DType.FP16, DType.FP32), spec.name
             if spec.path is K2Path.REGISTER:
                 assert spec.lds_lanes == spec.lds_width == 0, spec.name
 
@@ -170,8 +172,9 @@ def _assert_narrowed(problem: Problem, tile, picks) -> None:
     for spec in picks.values():
         stage_launch(spec, problem)
     lanes = problem.C // k2.vec
-    assert k2.xdtype is (DType.FP32 if problem.dtype is DType.FP32 else DType.FP16)
-    if k2.prescale is Prescale.FUSED:
+    if k2.prescale is Prescale.NONE:  # fp16 io stored in fp32 (the c target's pick)
+        assert (problem.dtype, k2.xdtype) == (DType.FP16, DType.FP32)
+    elif k2.prescale is Prescale.FUSED:
         assert lanes <= k2.block == min(b for b in FUSED_BLOCKS if b >= lanes)
         assert lanes <= 1024 and not (tile.bins > 36 and lanes > 512)
     else:
@@ -182,15 +185,15 @@ def _assert_narrowed(problem: Problem, tile, picks) -> None:
         )
     wider = [v for v in VECS if v > k2.vec and problem.Cg % v == 0]
     for v in wider:  # narrowing keeps the widest vec the grid serves
-        assert not grid.in_grid(replace(k2, vec=v, block=256, prescale=Prescale.SPLIT)), (
-            v,
-            k2.name,
-        )
+        unscaled = k2.prescale is Prescale.NONE
+        wide = replace(k2, vec=v, block=256, prescale=Prescale.NONE if unscaled else Prescale.SPLIT)
+        assert not grid.in_grid(wide), (v, k2.name)
 
 
+@pytest.mark.parametrize("target", [Target.C, Target.CUDA], ids=lambda t: t.value)
 @pytest.mark.parametrize("tile", TILES, ids=str)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.short)
-def test_default_pick_is_narrowed(tile, dtype):
+def test_default_pick_is_narrowed(tile, dtype, target):
     for c, k, groups in [
         (3, 64, 1),
         (8, 8, 1),
@@ -207,14 +210,17 @@ def test_default_pick_is_narrowed(tile, dtype):
         (16384, 64, 1),
     ]:
         problem = _problem(c, k, groups, dtype)
-        _assert_narrowed(problem, tile, default_stage_specs(problem, tile))
+        picks = default_stage_specs(problem, tile, target=target)
+        assert picks[Stage.INPUT].xdtype is default_xdtype(dtype, target)
+        _assert_narrowed(problem, tile, picks)
 
 
 @pytest.mark.parametrize("tile", TILES, ids=str)
 def test_default_pick_fused_for_narrow_and_split_for_wide_c(tile):
-    narrow = default_stage_specs(_problem(64), tile)[Stage.INPUT]
+    """The GPUs' pick (fp16 storage for fp16 inputs; the c target stores fp32, unscaled)."""
+    narrow = default_stage_specs(_problem(64), tile, target=Target.CUDA)[Stage.INPUT]
     assert (narrow.prescale, narrow.block) == (Prescale.FUSED, 256)
-    wide = default_stage_specs(_problem(16384), tile)  # past 1024 lanes at any vec
+    wide = default_stage_specs(_problem(16384), tile, target=Target.CUDA)  # past 1024 lanes
     assert wide[Stage.INPUT].prescale is Prescale.SPLIT and Stage.PRESCALE in wide
 
 
@@ -232,7 +238,8 @@ def test_default_pick_with_bf16_storage():
     assert picks[Stage.FILTER].xdtype is DType.BF16 and all(map(grid.in_grid, picks.values()))
 
 
-def test_default_pick_for_every_public_layer(public_problems):
+@pytest.mark.parametrize("target", [Target.C, Target.CUDA], ids=lambda t: t.value)
+def test_default_pick_for_every_public_layer(public_problems, target):
     served = 0
     for base in public_problems:
         try:
@@ -242,7 +249,7 @@ def test_default_pick_for_every_public_layer(public_problems):
         for dtype in DTYPES:
             problem = replace(base, dtype=dtype)
             for tile in TILES:
-                picks = default_stage_specs(problem, tile)
+                picks = default_stage_specs(problem, tile, target=target)
                 _assert_narrowed(problem.with_batch(1), tile, picks)
                 split = largest_split(problem, tile, None, picks[Stage.INPUT].xdtype, DType.FP32)
                 for spec in picks.values():  # the first chunk launches within the rules

@@ -11,9 +11,10 @@ import pytest
 
 from wino import config, grid, pick
 from wino.problem import Problem
-from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Tile
+from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Target, Tile
 
 PROBLEM = Problem(N=1, C=64, H=14, W=14, K=64, pad_h=1, pad_w=1, dtype="fp16")
+GPU = Target.CUDA  # fp16 storage for fp16 inputs: the prescale modes are in play
 
 
 @pytest.fixture
@@ -34,15 +35,15 @@ def declared_order(monkeypatch):
 
 
 def test_the_declared_order_decides(declared_order):
-    k2 = pick.default_stage_specs(PROBLEM, Tile(4, 4))[Stage.INPUT]
+    k2 = pick.default_stage_specs(PROBLEM, Tile(4, 4), target=GPU)[Stage.INPUT]
     assert (k2.block, k2.prescale) == (256, Prescale.FUSED)  # the smallest fused block first
     declared_order(
         "k2",
         [{"vec": "ascending"}, {"path": ["reg"]}, {"prescale": ["split"]}, {"block": "descending"}],
     )
-    k2 = pick.default_stage_specs(PROBLEM, Tile(4, 4))[Stage.INPUT]
+    k2 = pick.default_stage_specs(PROBLEM, Tile(4, 4), target=GPU)[Stage.INPUT]
     assert (k2.vec, k2.block, k2.prescale) == (1, 256, Prescale.SPLIT)
-    assert Stage.PRESCALE in pick.default_stage_specs(PROBLEM, Tile(4, 4))
+    assert Stage.PRESCALE in pick.default_stage_specs(PROBLEM, Tile(4, 4), target=GPU)
 
 
 def test_values_the_order_leaves_out_are_never_picked(declared_order):
@@ -51,7 +52,7 @@ def test_values_the_order_leaves_out_are_never_picked(declared_order):
     assert k2.path is K2Path.LDS
     declared_order("k2", [{"vec": "descending"}, {"path": ["reg"]}, {"block": [64]}])
     with pytest.raises(pick.Refused) as refusal:
-        pick.default_stage_specs(PROBLEM, Tile(4, 4))
+        pick.default_stage_specs(PROBLEM, Tile(4, 4), target=GPU)
     assert refusal.value.rule == "no_spec_in_grid"
     assert "no k2 kernel of the grid for F4x4 fp16/fp16" in refusal.value.message
 
@@ -78,14 +79,15 @@ def _sweep():
                 yield problem, tile
 
 
-def _grid_pick(problem, tile):
+def _grid_pick(problem, tile, target):
     try:
-        return pick.default_stage_specs(problem, tile)
+        return pick.default_stage_specs(problem, tile, target=target)
     except pick.Refused as refusal:
         return refusal.rule
 
 
-def test_a_manifest_ranking_picks_what_the_grid_picks():
+@pytest.mark.parametrize("target", [Target.C, Target.CUDA])
+def test_a_manifest_ranking_picks_what_the_grid_picks(target):
     """The runtime's pick (among the kernels a full manifest holds, in any order) equals the
     grid's pick, the oracle, over the sweep."""
     held = list(grid.aot_stage_specs())
@@ -93,9 +95,9 @@ def test_a_manifest_ranking_picks_what_the_grid_picks():
     ranking = pick.Ranking(held)
     compared = 0
     for problem, tile in _sweep():
-        expected = _grid_pick(problem, tile)
+        expected = _grid_pick(problem, tile, target)
         try:
-            got = pick.default_stage_specs(problem, tile, ranking=ranking)
+            got = pick.default_stage_specs(problem, tile, ranking=ranking, target=target)
         except pick.Refused as refusal:
             got = refusal.rule
         assert got == expected, (problem, tile)
@@ -104,7 +106,7 @@ def test_a_manifest_ranking_picks_what_the_grid_picks():
 
 
 def test_a_manifest_ranking_picks_the_best_it_holds_else_the_grid_names_the_kernel():
-    full = pick.default_stage_specs(PROBLEM, Tile(4, 4))
+    full = pick.default_stage_specs(PROBLEM, Tile(4, 4), target=Target.CUDA)
     k2 = full[Stage.INPUT]
     second = next(
         s
@@ -112,11 +114,56 @@ def test_a_manifest_ranking_picks_the_best_it_holds_else_the_grid_names_the_kern
         if s != k2 and s.prescale is Prescale.FUSED and s.vec <= k2.vec
     )
     others = [s for s in full.values() if s is not k2]
-    assert (
-        pick.default_stage_specs(PROBLEM, Tile(4, 4), ranking=pick.Ranking([*others, second]))[
-            Stage.INPUT
-        ]
-        == second
-    )
+    ranking = pick.Ranking([*others, second])
+    got = pick.default_stage_specs(PROBLEM, Tile(4, 4), ranking=ranking, target=Target.CUDA)
+    assert got[Stage.INPUT] == second
     lacking = pick.Ranking(others)  # no k2 at all: the grid's pick, which names the missing k2
-    assert pick.default_stage_specs(PROBLEM, Tile(4, 4), ranking=lacking) == full
+    assert pick.default_stage_specs(PROBLEM, Tile(4, 4), ranking=lacking, target="cuda") == full
+
+
+#: The GPUs' pick before the c target's storage table (grids/targets.yaml): 16-bit inputs store
+#: fp16 with a prescale (fused where one workgroup holds C/vec lanes, else split).
+def _gpu_pick_of_old(problem, tile):
+    xdtype = DType.FP32 if problem.dtype is DType.FP32 else DType.FP16
+    return pick.default_stage_specs(problem, tile, xdtype=xdtype)
+
+
+def test_cuda_picks_are_unchanged_and_prescale_16bit_storage():
+    compared = 0
+    for problem, tile in _sweep():
+        try:
+            expected = _gpu_pick_of_old(problem, tile)
+        except pick.Refused as refusal:
+            assert _grid_pick(problem, tile, Target.CUDA) == refusal.rule
+            continue
+        got = pick.default_stage_specs(problem, tile, target=Target.CUDA)
+        assert got == expected, (problem, tile)
+        if problem.dtype is not DType.FP32:
+            assert got[Stage.INPUT].xdtype is DType.FP16
+            assert got[Stage.INPUT].prescale is not Prescale.NONE
+        compared += 1
+    assert compared > 100
+
+
+def test_c_picks_fp32_storage_for_every_dtype_unscaled_only_for_fp16():
+    compared = 0
+    for problem, tile in _sweep():
+        try:
+            got = pick.default_stage_specs(problem, tile)  # the c target, the default
+        except pick.Refused:
+            continue
+        assert got == pick.default_stage_specs(problem, tile, target="c")
+        assert {s.xdtype for s in got.values() if hasattr(s, "xdtype")} == {DType.FP32}
+        unscaled = got[Stage.INPUT].prescale is Prescale.NONE
+        assert unscaled == (problem.dtype is DType.FP16)  # fp32's range needs the scale for bf16
+        assert unscaled <= (Stage.PRESCALE not in got)
+        assert all(s.io is problem.dtype for s in got.values())  # x read, y written in io
+        compared += 1
+    assert compared > 100
+
+
+def test_default_xdtype_follows_the_declared_target_table():
+    assert [pick.default_xdtype(d, Target.C) for d in DType] == [DType.FP32] * 3
+    cuda = [pick.default_xdtype(d, Target.CUDA) for d in DType]
+    assert cuda == [DType.FP32 if d is DType.FP32 else DType.FP16 for d in DType]
+    assert [pick.default_xdtype(d, Target.HIP) for d in DType] == cuda  # undeclared: the GPUs'

@@ -49,17 +49,17 @@ def picks(draw, by_stage):
     cvec = max(s.vec for s in specs.values() if s.stage is not Stage.OUTPUT)
     cg = cvec * draw(st.integers(1, 6))
     kg = specs[Stage.OUTPUT].vec * draw(st.integers(1, 4))
-    dil = draw(st.integers(1, 2))
+    dil, dil_w = draw(st.integers(1, 2)), draw(st.integers(1, 2))
     problem = Problem(
         N=draw(st.integers(1, 3)),
         C=cg * groups,
         K=kg * groups,
         H=draw(st.integers(2 * dil + 1, 14)),
-        W=draw(st.integers(2 * dil + 1, 14)),
+        W=draw(st.integers(2 * dil_w + 1, 14)),  # an output column at any padding
         pad_h=draw(st.integers(0, 2)),
         pad_w=draw(st.integers(0, 2)),
         dil_h=dil,
-        dil_w=draw(st.integers(1, 2)),
+        dil_w=dil_w,
         groups=groups,
         dtype=k2.io,
     )

@@ -1,9 +1,11 @@
 """Range: the power-of-two tile and filter scales keep the transformed values inside the
-storage (16-bit, and fp32's own range for fp32), so fp32, fp16 and bf16 inputs at the extremes
-(near the largest finite value, subnormals, tiles of very different magnitudes) whose direct
-convolution is finite and normal give outputs within the bound wino claims, on every tile and
-on each K2 path (fused and split prescale, register and LDS-region); and the scale changes no
-bit of an ordinary fp32 result (a power of two is exact)."""
+storage (16-bit, and fp32's own range for fp32 storage), so fp32, fp16 and bf16 inputs at the
+extremes (near the largest finite value, subnormals, tiles of very different magnitudes) whose
+direct convolution is finite and normal give outputs within the bound wino claims, on every tile,
+on the GPUs' pick (fp16 storage) and the c target's (fp32 storage; fp16 io unscaled there, since
+fp32 holds every transformed fp16 tile), and on each K2 path (fused and split prescale, register
+and LDS-region); and the scale changes no bit of an ordinary fp32 result (a power of two is
+exact)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from wino.runtime import conv2d_reference, dispatch, relative_error
 from wino.runtime.verify import bound_for
 from wino.specs import RtInputSpec
 from wino.vocab import TILES as ALL_TILES
-from wino.vocab import DType, K2Path, Prescale, Stage, Tile
+from wino.vocab import DType, K2Path, Prescale, Stage, Target, Tile
 
 TILES = (Tile(2, 2), Tile(4, 4), Tile(6, 6))
 DTYPES = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16}
@@ -33,16 +35,28 @@ def _problem(dtype: str) -> Problem:
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     root = tmp_path_factory.mktemp("range")
-    specs = {s for d in DTYPES for t in TILES for s in default_stage_specs(_problem(d), t).values()}
+    specs = {
+        s
+        for d in DTYPES
+        for t in TILES
+        for target in PICKS.values()
+        for s in default_stage_specs(_problem(d), t, target=target).values()
+    }
     specs |= {s for t in ALL_TILES for s in default_stage_specs(_problem("fp32"), t).values()}
     specs |= {s for path in FP32_PATHS.values() for s in path.values()}
     host_cache.build(specs, root)
     return root
 
 
-def _check(root, dtype: str, tile: Tile, x64: np.ndarray, w64: np.ndarray) -> None:
+#: Whose default pick runs (on the host): the c target's own, or the GPUs' (forced).
+PICKS = {"c": Target.C, "gpu": Target.CUDA}
+
+
+def _check(root, dtype: str, tile: Tile, x64, w64, pick: str = "gpu") -> None:
     problem = _problem(dtype)
-    plan = dispatch(problem, target="c", tile=tile, cache_root=root)
+    specs = default_stage_specs(problem, tile, target=PICKS[pick])
+    plan = dispatch(problem, target="c", tile=tile, cache_root=root, specs=specs)
+    assert plan.xdtype is (DType.FP32 if pick == "c" else DType.FP16)
     x, w = x64.astype(DTYPES[dtype]), w64.astype(DTYPES[dtype])
     ref = conv2d_reference(x, w, (1, 1))
     finite = np.finfo(np.float32).max if dtype == "bf16" else 65504.0
@@ -58,29 +72,35 @@ def _data(seed: int):
     return rng.standard_normal((2, 14, 13, 32)), rng.standard_normal((16, 3, 3, 32))
 
 
+@pytest.mark.parametrize("pick", PICKS)
 @pytest.mark.parametrize("tile", TILES, ids=str)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_inputs_near_the_largest_value(root, dtype, tile):
+def test_inputs_near_the_largest_value(root, dtype, tile, pick):
+    """At 1/8 of the dtype's largest value (bf16: past fp32's range once transformed, so the c
+    target's fp32 storage takes the tile scale too)."""
     x, w = _data(1)
     big = float(DType(dtype).largest_finite) / 8
-    _check(root, dtype, tile, x / np.abs(x).max() * big, w * (1.0 / big) * 16)
+    _check(root, dtype, tile, x / np.abs(x).max() * big, w * (1.0 / big) * 16, pick)
 
 
+@pytest.mark.parametrize("pick", PICKS)
 @pytest.mark.parametrize("tile", TILES, ids=str)
-def test_bf16_subnormal_inputs(root, tile):
+def test_bf16_subnormal_inputs(root, tile, pick):
     """x in bf16's subnormal range (below 2^-126) with a filter large enough that the direct
-    convolution is normal: the subnormal tile max gets the scale 2^127 (was 1: all zeros)."""
+    convolution is normal: the subnormal tile max gets the scale 2^127 (was 1: all zeros);
+    fp32 storage holds the subnormals as they are."""
     x, w = _data(2)
-    _check(root, "bf16", tile, x / np.abs(x).max() * 2.0**-127, w * 2.0**20)
+    _check(root, "bf16", tile, x / np.abs(x).max() * 2.0**-127, w * 2.0**20, pick)
 
 
+@pytest.mark.parametrize("pick", PICKS)
 @pytest.mark.parametrize("tile", TILES, ids=str)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_mixed_magnitudes_across_tiles(root, dtype, tile):
+def test_mixed_magnitudes_across_tiles(root, dtype, tile, pick):
     """Each image row band at its own scale, 2^-12 .. 2^12: each tile is scaled on its own."""
     x, w = _data(3)
     bands = 2.0 ** np.linspace(-12, 12, 14)[None, :, None, None]
-    _check(root, dtype, tile, x * bands, w * 2.0**-4)
+    _check(root, dtype, tile, x * bands, w * 2.0**-4, pick)
 
 
 # fp32 ------------------------------------------------------------------------------------------

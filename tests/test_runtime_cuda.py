@@ -13,11 +13,11 @@ import pytest
 from wino.grid import aot_stage_specs
 from wino.pick import default_stage_specs
 from wino.problem import Problem
-from wino.runtime import conv2d_reference, dispatch, relative_error
+from wino.runtime import conv2d_reference, dispatch, relative_error, verify
 from wino.runtime.plan import default_tile
 from wino.runtime.registry import cuda_available
 from wino.specs import RtInputSpec
-from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Tile
+from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Target, Tile
 
 from .runtime_fixtures import issue_bound
 
@@ -51,10 +51,12 @@ def _needed_specs():
     specs = set()
     for dtype in DTYPES:
         for tile in TILES:
-            specs.update(default_stage_specs(_with(BASE, dtype), tile).values())
+            specs.update(default_stage_specs(_with(BASE, dtype), tile, target=Target.CUDA).values())
+            if dtype != "fp32":  # fp32 storage for 16-bit io (the c target's pick), forced
+                specs.update(default_stage_specs(_with(BASE, dtype), tile).values())
         for case in CASES:
             p = _with(case, dtype)
-            specs.update(default_stage_specs(p, default_tile(p)).values())
+            specs.update(default_stage_specs(p, default_tile(p), target=Target.CUDA).values())
     for k2 in _lds_specs() + _vec1_split():
         p = _with(BASE, k2.io.short)
         specs.update(_forced(p, k2).values())
@@ -70,7 +72,7 @@ def _vec1_split():
 
 
 def _forced(problem: Problem, k2: RtInputSpec):
-    specs = dict(default_stage_specs(problem, k2.tile))
+    specs = dict(default_stage_specs(problem, k2.tile, target=Target.CUDA))
     specs[Stage.INPUT] = k2
     if k2.prescale is Prescale.SPLIT and Stage.PRESCALE not in specs:
         from wino.specs import RtPrescaleSpec
@@ -142,6 +144,20 @@ def test_every_tile_and_dtype(gpu_cache, tile, dtype):
     problem = _with(BASE, dtype)
     plan, err, views = _run(problem, gpu_cache, Tile.parse(tile))
     assert err <= issue_bound(plan.tile, problem.dtype, plan.xdtype), f"{tile} {dtype}: {err:.3e}"
+    _all_written(plan, views)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("tile", [t.name for t in TILES])
+def test_fp32_storage_for_16bit_io(gpu_cache, tile, dtype):
+    """The c target's pick (V and U in fp32, no prescale; cuBLAS's fp32 GEMM) run on the GPU
+    as an accuracy option: within wino's own bound (y's rounding plus the fp32 bound)."""
+    problem = _with(BASE, dtype)
+    specs = default_stage_specs(problem, Tile.parse(tile), target=Target.C)
+    plan, err, views = _run(problem, gpu_cache, Tile.parse(tile), specs=specs)
+    assert plan.xdtype is DType.FP32 and Stage.PRESCALE not in plan.specs
+    bound = verify.bound_for(plan.tile, problem.dtype, DType.FP32)
+    assert err <= bound, f"{tile} {dtype}: {err:.3e} > {bound:.1e}"
     _all_written(plan, views)
 
 

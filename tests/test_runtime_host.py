@@ -13,10 +13,11 @@ import pytest
 
 import wino
 from tests import runtime_fixtures as rf
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused
 from wino.runtime import conv2d_reference, dispatch, relative_error
-from wino.vocab import TILES, DType, K2Path, Prescale, Stage
+from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Target
 
 
 @pytest.fixture(scope="session")
@@ -80,12 +81,12 @@ def _assert_written_across_chunks(plan, x, w, y, workspace) -> None:
 @pytest.mark.parametrize("case", rf.numerics_cases(), ids=lambda c: c.id)
 def test_every_tile_and_dtype_within_bound(root, case):
     plan, _, err = run_checked(case, root)
-    xdtype = (
-        DType.BF16
-        if case.label == "xbf16"
-        else (DType.FP32 if case.problem.dtype is DType.FP32 else DType.FP16)
-    )
-    assert plan.xdtype is xdtype  # bf16's default pick stores fp16
+    # the c target's pick stores fp32 for every io dtype; forced: fp16 or bf16 storage
+    xdtype = {"": DType.FP32, "xfp16": DType.FP16, "xbf16": DType.BF16}[case.label]
+    assert plan.xdtype is xdtype
+    scaled = plan.specs[Stage.INPUT].prescale is not Prescale.NONE
+    # every K2 scales its tiles but fp16 io stored in fp32 (fp32 holds every transformed fp16 tile)
+    assert scaled != ((case.problem.dtype, xdtype) == (DType.FP16, DType.FP32))
     bound = rf.claimed_bound(case.tile, case.problem.dtype, xdtype)
     assert err <= bound, f"{case.id}: error {err:.3e} > {bound:.1e}"
 
@@ -93,8 +94,8 @@ def test_every_tile_and_dtype_within_bound(root, case):
 def test_numerics_cover_every_tile_dtype_and_storage():
     seen = {(c.tile, c.problem.dtype, c.label) for c in rf.numerics_cases()}
     assert seen == {(t, d, "") for t in TILES for d in rf.DTYPES} | {
-        (t, DType.BF16, "xbf16") for t in TILES
-    }
+        (t, d, "xfp16") for t in TILES for d in (DType.FP16, DType.BF16)
+    } | {(t, DType.BF16, "xbf16") for t in TILES}
 
 
 # Shapes ----------------------------------------------------------------------------------------
@@ -140,6 +141,14 @@ def test_wide_c_default_k2_mode(root, c, tile, prescale, block, vec):
         plan = dispatch(problem, target="c", tile=tile, cache_root=root)
         k2 = plan.specs[Stage.INPUT]
         stages = [s.stage for s in plan.steps]
+        if dtype is DType.FP16:
+            # the c target stores fp16 io as fp32, unscaled (fp32 holds every transformed fp16
+            # tile); fp32 and bf16 keep the tile scale there (fp32's range needs it)
+            assert (k2.xdtype, k2.prescale) == (DType.FP32, Prescale.NONE)
+            assert Stage.PRESCALE not in stages
+            # the GPUs' pick (fp16 storage): the WIDE row's mode; the c suite runs it forced
+            gpu = default_stage_specs(problem, tile, target=Target.CUDA)
+            k2, stages = gpu[Stage.INPUT], [Stage.PRESCALE, Stage.INPUT] if Stage.PRESCALE in gpu else [Stage.INPUT]
         assert (k2.prescale.value, k2.block, k2.vec, k2.path) == (
             prescale,
             block,
@@ -213,6 +222,25 @@ def test_transform_filter_then_run_with_U(root, index):
     assert np.array_equal(
         plan.run(x, U=U_ws, workspace=workspace).view(np.uint8), direct.view(np.uint8)
     )
+
+
+@pytest.mark.parametrize("dtype", [DType.FP16, DType.BF16])
+def test_16bit_io_stores_fp32_and_k3_widens_nothing(root, dtype):
+    """The c target's pick for 16-bit io: x read and y written in 16 bits, U (cached by
+    transform_filter) and V in fp32, so K3 is the fp32 BLAS GEMM with no per-call widening
+    (its scratch stays empty) and no prescale step."""
+    case = next(c for c in rf.numerics_cases() if c.problem.dtype is dtype and not c.label)
+    plan = _dispatch(case, root)
+    assert plan.xdtype is DType.FP32 and plan.source == "default pick"
+    assert [s.stage for s in plan.steps] == [Stage.FILTER, Stage.INPUT, Stage.GEMM, Stage.OUTPUT]
+    x, w = rf.inputs(case.problem, _rng(case.id))
+    U = plan.transform_filter(w)
+    assert U[0].dtype == np.float32
+    backend = plan.backend()
+    backend._gemm._scratch.clear()
+    y = plan.run(x, U=U)
+    assert y.dtype == x.dtype and not backend._gemm._scratch
+    assert np.array_equal(y.view(np.uint16), plan.run(x, w).view(np.uint16))
 
 
 # Refusals --------------------------------------------------------------------------------------

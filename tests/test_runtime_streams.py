@@ -15,7 +15,7 @@ from wino.problem import Problem
 from wino.runtime import conv2d_reference, dispatch, relative_error
 from wino.runtime.plan import default_tile
 from wino.runtime.registry import cuda_available
-from wino.vocab import DType
+from wino.vocab import DType, Target
 
 from .runtime_fixtures import issue_bound
 
@@ -54,7 +54,7 @@ def root(tmp_path_factory):
 
     specs = set()
     for p in PROBLEMS + [_layer_problem(layer) for layer in LAYERS]:
-        specs.update(default_stage_specs(p, default_tile(p)).values())
+        specs.update(default_stage_specs(p, default_tile(p), target=Target.CUDA).values())
     folder = tmp_path_factory.mktemp("stream-cache")
     cuda_cache.build(specs, folder)
     with pytest.MonkeyPatch.context() as mp:

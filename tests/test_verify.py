@@ -69,7 +69,7 @@ def test_run_cases_verifies_times_and_reports_refusals(root):
         assert 0 <= result.error <= result.bound
         assert result.bound == verify.bound_for(result.tile, result.problem.dtype, result.xdtype)
         assert result.time_s > 0 and len(result.kernels) == 4
-    assert results[2].xdtype == "fp16"  # bf16's default storage
+    assert results[2].xdtype == "fp32"  # bf16's storage on the c target
     assert [r.rule for r in results[3:]] == [rule for _, rule in REFUSED]
     assert all(r.ok and r.error is None for r in results[3:])
     again = verify.run_cases(problems[:1], "c", cache_root=root, repeats=1)
@@ -142,7 +142,7 @@ def test_wino_run_reads_files_and_forces_a_tile(root, tmp_path, capsys):
 
 
 def test_wino_run_fails_with_exit_1(root, monkeypatch, capsys):
-    monkeypatch.setitem(verify.BOUNDS, (Tile(4, 4), DType.FP16, DType.FP16), 1e-9)
+    monkeypatch.setitem(verify.BOUNDS, (Tile(4, 4), DType.FP16, DType.FP32), 1e-9)
     assert _cli(root, "--miopen-cmd", LINES[1]) == 1
     assert capsys.readouterr().out.startswith("FAIL")
     odd = "conv -n 1 -c 7 -H 9 -W 9 -k 7 -p 1 -q 1"  # not in the cache: ERROR, exit 1

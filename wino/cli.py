@@ -74,6 +74,13 @@ def _grid_arguments(parser: argparse.ArgumentParser) -> None:
         "--cache-root", type=Path, metavar="DIR", help="with --spills: the build folder to read"
     )
     parser.add_argument(
+        "--target",
+        choices=[t.value for t in Target],
+        default=Target.C.value,
+        help="with --explain: whose default pick (default: c; 16-bit inputs store V and U in "
+        "fp32 on c, in fp16 on the GPUs)",
+    )
+    parser.add_argument(
         "-o",
         "--output",
         type=Path,
@@ -87,7 +94,7 @@ def _grid(args: argparse.Namespace) -> int:
     if args.matrix:
         return _write_matrix(args.output)
     if args.explain:
-        return _explain(args.explain)
+        return _explain(args.explain, Target(args.target))
     if args.spills:
         return _spills(args.cache_root)
     stages = _stages(args.stage)
@@ -138,13 +145,14 @@ def _list_refused(stages: tuple[Stage, ...]) -> int:
 
 
 # `wino grid --explain` ------------------------------------------------------------------------
-def _explain(line: str) -> int:
+def _explain(line: str, target: Target = Target.C) -> int:
     problem = Problem.from_miopen(line)
-    results = {tile: _explain_tile(problem, tile) for tile in TILES}
+    results = {tile: _explain_tile(problem, tile, target) for tile in TILES}
     refusals = [r for r in results.values() if isinstance(r, Refused)]
     if len(refusals) == len(results):  # nothing serves it: the refusal is the answer
         raise refusals[0]
     print(f"problem: {problem.label()}")
+    print(f"default pick on the {target.value} target (--target names another)")
     picks = _dispatch_picks(problem)
     for tile, result in results.items():
         if isinstance(result, Refused):
@@ -178,11 +186,11 @@ def _dispatch_picks(problem: Problem) -> dict[Tile, list[str]]:
     return picks
 
 
-def _explain_tile(problem: Problem, tile: Tile) -> list[str] | Refused:
-    """The default pick for one tile, one line per stage, or the refusal."""
+def _explain_tile(problem: Problem, tile: Tile, target: Target) -> list[str] | Refused:
+    """The default pick on ``target`` for one tile, one line per stage, or the refusal."""
     try:
         check_problem(problem, tile)
-        picks = default_stage_specs(problem, tile)
+        picks = default_stage_specs(problem, tile, target=target)
         k2 = picks[Stage.INPUT]
         split = largest_split(problem, tile, None, k2.xdtype, DType.FP32)
         layout = workspace_layout(problem, tile, k2.xdtype, DType.FP32, split)

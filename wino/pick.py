@@ -23,14 +23,21 @@ from .launch import stage_launch
 from .problem import Problem
 from .refusals import Refused
 from .specs import StageSpec
-from .vocab import DType, Epilogue, Prescale, Stage, Tile, coerce
+from .vocab import DType, Epilogue, Prescale, Stage, Target, Tile, coerce
 
 _DIRECTIONS = {"ascending": 1, "descending": -1}
 
 
-def default_xdtype(dtype: DType) -> DType:
-    """fp16 transformed storage for 16-bit inputs (bf16 too: about 8x more accurate than bf16
-    storage, made safe by the prescale), fp32 for fp32."""
+def default_xdtype(dtype: DType, target: Target | None = None) -> DType:
+    """The default pick's transformed storage (V and U) for io ``dtype`` on ``target``: the
+    target's ``xdtype`` table in grids/targets.yaml where it names ``dtype`` (the c target: fp32,
+    for its fp32-only BLAS), else fp32 for fp32 and fp16 for 16-bit inputs (bf16 too: about 8x
+    more accurate than bf16 storage, made safe by the prescale)."""
+    if target is not None:
+        declared = config.declared("targets")["targets"].get(target.value, {})
+        value = declared.get("xdtype", {}).get(dtype.short)
+        if value is not None:
+            return DType.parse(value)
     return DType.FP32 if dtype is DType.FP32 else DType.FP16
 
 
@@ -157,16 +164,22 @@ def default_stage_specs(
     dtype: DType | None = None,
     xdtype: DType | None = None,
     ranking: Ranking | None = None,
+    target: Target = Target.C,
     epilogue: Epilogue = Epilogue.NONE,
 ) -> dict[Stage, StageSpec]:
-    """The default pick per stage for a problem (its channel extents decide, not the batch);
-    ``dtype`` overrides the problem's; K4 with ``epilogue``. Without ``ranking``: among the
-    grid's specs, always inside the grid, Refused when nothing fits (``epilogue_not_in_grid``
-    when no K4 of the tile has the epilogue). With ``ranking`` (a manifest's specs): among
-    those, and the grid's pick (which names what is missing) when none of them fits."""
+    """The default pick per stage for a problem on ``target`` (the c target unless given; its
+    channel extents decide, not the batch); ``dtype`` overrides the problem's; ``xdtype``
+    defaults to the target's storage for it (``default_xdtype``: 16-bit inputs store fp32 on
+    the host, fp16 on the GPUs); K4 with ``epilogue``. Without ``ranking``: among the grid's
+    specs, always inside the grid, Refused when nothing fits (``epilogue_not_in_grid`` when no
+    K4 of the tile has the epilogue). With ``ranking`` (a manifest's specs): among those, and
+    the grid's pick (which names what is missing) when none of them fits."""
     tile = coerce(Tile, tile, "tile")
     dtype = problem.dtype if dtype is None else coerce(DType, dtype, "dtype")
-    xdtype = default_xdtype(dtype) if xdtype is None else coerce(DType, xdtype, "xdtype")
+    if xdtype is None:
+        xdtype = default_xdtype(dtype, coerce(Target, target, "target"))
+    else:
+        xdtype = coerce(DType, xdtype, "xdtype")
     epilogue = coerce(Epilogue, epilogue, "epilogue")
     probe = replace(problem, N=1, dtype=dtype)
     if ranking is None:

@@ -18,7 +18,7 @@ from ..pick import default_stage_specs, default_xdtype
 from ..problem import Problem
 from ..refusals import Refused
 from ..specs import StageSpec
-from ..vocab import DType, Epilogue, Prescale, Stage, Tile
+from ..vocab import DType, Epilogue, Prescale, Stage, Target, Tile
 
 STAGES = (Stage.FILTER, Stage.PRESCALE, Stage.INPUT, Stage.OUTPUT)
 
@@ -123,20 +123,24 @@ def family(
     return Candidates(tile, xdtype, by_stage)
 
 
-def xdtypes(problem: Problem, tile: Tile) -> list[DType]:
-    """The transformed dtypes the grid has K2 binaries for, the default one first."""
+def xdtypes(problem: Problem, tile: Tile, target: Target | None = None) -> list[DType]:
+    """The transformed dtypes the grid has K2 binaries for, ``target``'s default first."""
     found = {
         s.xdtype for s in aot_stage_specs(Stage.INPUT) if s.tile == tile and s.io is problem.dtype
     }
-    first = default_xdtype(problem.dtype)
+    first = default_xdtype(problem.dtype, target)
     return sorted(found, key=lambda d: (d is not first, d.value))
 
 
 def families(
-    problem: Problem, tile: Tile, names: set[str] | None = None, limit: int | None = None
+    problem: Problem,
+    tile: Tile,
+    names: set[str] | None = None,
+    limit: int | None = None,
+    target: Target | None = None,
 ) -> list[Candidates]:
-    """Every complete family of a (problem, tile), the default transformed dtype first."""
-    out = [family(problem, tile, xd, names, limit) for xd in xdtypes(problem, tile)]
+    """Every complete family of a (problem, tile), ``target``'s default transformed dtype first."""
+    out = [family(problem, tile, xd, names, limit) for xd in xdtypes(problem, tile, target)]
     return [c for c in out if c.complete]
 
 

@@ -92,7 +92,7 @@ def plan_tiles(
         except Refused as refusal:
             say(f"  {tile}: refused [{refusal.rule}] {refusal.message}")
             continue
-        found = families(problem, tile, device.kernel_names, limit)
+        found = families(problem, tile, device.kernel_names, limit, device.target)
         if found:
             out[tile] = found
         else:
@@ -167,7 +167,7 @@ def bench_tile(
     picks = sorted((p for p in picks if p is not None), key=lambda p: p.staged_us)
     if not picks:
         return None
-    bound = accuracy.tolerance(picks[0].plan.tile, problem.dtype)
+    bound = accuracy.tolerance(picks[0].plan.tile, problem.dtype, device.target)
     chosen, error = picks[0], None
     if ref is not None:
         chosen, error = first_verified(picks, bound, device, operands, ref, say)

@@ -202,8 +202,10 @@ class HostGemm:
 
     A row's result does not depend on the chunk: OpenBLAS's sgemm kernels accumulate each
     element over C/G in the same order for any row count, so a batch split changes no bit
-    (tests/test_runtime_host.py checks it). 16-bit operands are widened one bin at a time into
-    per-worker fp32 scratch that is kept between calls (no allocation per call once warm)."""
+    (tests/test_runtime_host.py checks it). The c target's default pick stores V and U in fp32
+    for every io dtype (grids/targets.yaml), so nothing is widened; 16-bit operands (forced
+    16-bit storage) are widened one bin at a time into per-worker fp32 scratch that is kept
+    between calls (no allocation per call once warm)."""
 
     def __init__(self, threads: int):
         self.threads = max(1, threads)

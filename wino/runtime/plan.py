@@ -508,7 +508,7 @@ def _assemble(
             specs = default_fused_specs(problem, tile, epilogue=epilogue)
         else:
             specs = default_stage_specs(
-                problem, tile, ranking=_ranking(manifest), epilogue=epilogue
+                problem, tile, ranking=_ranking(manifest), target=target, epilogue=epilogue
             )
         source = "default pick"
     specs = _ordered(specs)
