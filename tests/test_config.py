@@ -12,7 +12,7 @@ from wino import config
 from wino.config import ConfigError, load_yaml_text, validate
 from wino.vocab import Target
 
-KINDS = ("stages", "refusals", "targets")
+KINDS = ("stages", "refusals", "targets", "algorithms")
 
 
 def _text(kind: str) -> str:

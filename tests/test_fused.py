@@ -157,8 +157,8 @@ def test_default_is_unfused_and_explain_says_why(root):
     assert [s.stage for s in forced.steps] == [Stage.FILTER, Stage.PRESCALE, Stage.FUSED]
     assert "forced by algorithm='fused'" in forced.explain()
     assert set(forced.layout()) == {"U", "fs", "ts"}  # V and M stay on chip
-    kind, why = _pick_algorithm(None, None)
-    assert kind == "unfused2d_rt" and "until a measured crossover" in why
+    kind, why = _pick_algorithm(None, None, problem)  # grids/algorithms.yaml (test_algorithms)
+    assert kind == "unfused2d_rt" and "rule unfused_default" in why
 
 
 def test_unknown_algorithm_is_refused_by_name(root):

@@ -12,6 +12,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "wino"
 CORE = {
+    "wino.algorithms",
     "wino.vocab",
     "wino.problem",
     "wino.winograd",

@@ -148,7 +148,10 @@ def test_wide_c_default_k2_mode(root, c, tile, prescale, block, vec):
             assert Stage.PRESCALE not in stages
             # the GPUs' pick (fp16 storage): the WIDE row's mode; the c suite runs it forced
             gpu = default_stage_specs(problem, tile, target=Target.CUDA)
-            k2, stages = gpu[Stage.INPUT], [Stage.PRESCALE, Stage.INPUT] if Stage.PRESCALE in gpu else [Stage.INPUT]
+            k2, stages = (
+                gpu[Stage.INPUT],
+                [Stage.PRESCALE, Stage.INPUT] if Stage.PRESCALE in gpu else [Stage.INPUT],
+            )
         assert (k2.prescale.value, k2.block, k2.vec, k2.path) == (
             prescale,
             block,

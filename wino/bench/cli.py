@@ -9,9 +9,10 @@ from pathlib import Path
 
 from ..vocab import coerce
 from .cases import SHAPE_FLAGS
-from .modes import Compare, Timing
+from .modes import TARGET_ENGINES, Compare, Engine, Timing
 
 EXIT_UNAVAILABLE = 2
+AVAILABLE = "available"  # --engines alone
 EXIT_FAILED = 1  # some case failed, broke or could not be read (the run went on)
 NOISE_PERCENT = 10.0  # wino tune: the largest disagreement of two timings of a winner
 
@@ -145,6 +146,24 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
         "onnxruntime (its CPU Conv with the same threads, c target; the onnx extra)",
     )
     parser.add_argument(
+        "--engines",
+        nargs="?",
+        const=AVAILABLE,
+        metavar="LIST",
+        help="time these engines on the same tensors, a comma list of "
+        + ",".join(e.value for e in Engine)
+        + " (unfused: the AOT pipeline, rows named wino; fused: the fused plan; baked: the best "
+        "unfused pipeline compiled with the case's extents as constants; cudnn on cuda, "
+        "onnxruntime on c); --engines alone: every engine available here. Without it: unfused "
+        "and --compare's engine",
+    )
+    parser.add_argument(
+        "--baked-root",
+        type=Path,
+        metavar="DIR",
+        help="where the baked engine compiles its kernels (default: a folder in the temp dir)",
+    )
+    parser.add_argument(
         "--overhead",
         action="store_true",
         help="print the runtime's host cost per call (dispatch, plan.run, wino.conv2d, graph "
@@ -161,6 +180,13 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
 def tune_arguments(parser: argparse.ArgumentParser) -> None:
     _case_arguments(parser)
     _run_arguments(parser)
+    parser.add_argument(
+        "--engines",
+        default=Engine.UNFUSED.value,
+        metavar="unfused,fused",
+        help="the plan kinds whose fastest verified plan is recorded (default unfused; with "
+        "fused, a fused winner makes dispatch run fused2d_rt for that problem)",
+    )
     parser.add_argument(
         "--noise",
         type=float,
@@ -185,6 +211,13 @@ def plot_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the CSV as a Markdown table (best verified wino pipeline per case vs cuDNN) "
         "instead of drawing",
+    )
+    parser.add_argument(
+        "--engines",
+        action="store_true",
+        help="print the CSV of a `wino bench --engines` run as a Markdown table (every engine "
+        "per case, U cached and K1 per call) and the geomeans (best wino engine vs the direct "
+        "one; the shape-generic cost, unfused vs baked) instead of drawing",
     )
 
 
@@ -265,6 +298,69 @@ def _check_compare(engine: str, target) -> None:
         import_onnxruntime()
 
 
+def available_engines(target) -> tuple[Engine, ...]:
+    """The engines that can run on ``target`` here (a direct engine's package installed, the
+    toolchain the baked engine compiles with present)."""
+    from ..builder.baked import BakeUnavailable
+    from .compare import EngineUnavailable
+
+    out = []
+    for engine in TARGET_ENGINES[target.value]:
+        try:
+            _check_engine(engine, target)
+        except (EngineUnavailable, BakeUnavailable):
+            continue
+        out.append(engine)
+    return tuple(out)
+
+
+def _check_engine(engine: Engine, target) -> None:
+    """The engine runs on this target and what it needs is here (else an exception that says
+    what to do)."""
+    if engine not in TARGET_ENGINES.get(target.value, ()):
+        runs_on = [t for t, es in TARGET_ENGINES.items() if engine in es]
+        raise ValueError(
+            f"--engines {engine.value} runs on the {' or '.join(runs_on)} target, not "
+            f"{target.value} (--target {runs_on[0]})"
+        )
+    if engine.direct:
+        _check_compare(engine.value, target)
+        if engine is Engine.CUDNN:
+            _import_torch()
+    elif engine is Engine.BAKED:
+        from ..builder.baked import toolchain
+
+        toolchain(target)
+
+
+def _import_torch():
+    from .compare import EngineUnavailable
+
+    try:
+        import torch
+    except ImportError:
+        raise EngineUnavailable(
+            "cudnn is timed through PyTorch: pip install torch (a CUDA build)"
+        ) from None
+    return torch
+
+
+def parse_engines(text: str | None, target) -> tuple[Engine, ...]:
+    """``--engines``: None (not given), every available engine, or the comma list checked."""
+    if text is None:
+        return ()
+    if text == AVAILABLE:
+        return available_engines(target)
+    engines = tuple(
+        dict.fromkeys(coerce(Engine, e.strip(), "--engines") for e in text.split(",") if e.strip())
+    )
+    if not engines:
+        raise ValueError(f"--engines {text!r}: name at least one engine")
+    for engine in engines:
+        _check_engine(engine, target)
+    return engines
+
+
 def sweep_options(
     args: argparse.Namespace,
     verify: bool,
@@ -279,6 +375,7 @@ def sweep_options(
     compare = None if compare is None else coerce(Compare, compare, "--compare")
     if compare is not None:
         _check_compare(compare.value, target)
+    engines = parse_engines(getattr(args, "engines", None), target)
     if skip_measured and args.results is None:
         raise ValueError("--skip-measured needs --results (the CSV to resume)")
     if args.candidates is not None and args.candidates < 1:
@@ -293,6 +390,8 @@ def sweep_options(
         candidate_limit=args.candidates,
         cache_root=args.cache_root,
         recheck=recheck,
+        engines=engines,
+        baked_root=getattr(args, "baked_root", None),
     )
     return target, options
 
@@ -314,9 +413,10 @@ def _header(command: str, sweep, cases) -> None:
     d, o = sweep.device, sweep.options
     tiles = "all" if len(o.tiles) > 8 else ",".join(t.name for t in o.tiles)
     check = "" if o.verify else ", NOT verified (--no-verify): figures are labelled unverified"
+    engines = ",".join(e.value for e in o.engines)
     print(
         f"wino {command}: {len(cases)} case(s) on {d.target.value} ({d.manifest.flavor}), "
-        f"timing {o.timing.value}, tiles {tiles}{check}",
+        f"engines {engines}, timing {o.timing.value}, tiles {tiles}{check}",
         flush=True,
     )
 
@@ -339,6 +439,7 @@ def overhead(args: argparse.Namespace) -> int:
 
 
 def bench(args: argparse.Namespace) -> int:
+    from ..builder.baked import BakeUnavailable
     from .compare import EngineUnavailable
     from .progress import Progress
 
@@ -353,7 +454,7 @@ def bench(args: argparse.Namespace) -> int:
             setup = sweep_options(args, args.verify, args.compare, args.skip_measured)
             return with_bad_lines(run_dask(args, cases, *setup, tune=False), bad)
         sweep = build_sweep(args, args.verify, args.compare, args.skip_measured)
-    except EngineUnavailable as missing:
+    except (EngineUnavailable, BakeUnavailable) as missing:
         print(f"wino bench: skipped: {missing}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     _header("bench", sweep, cases)
@@ -369,6 +470,12 @@ def tune(args: argparse.Namespace) -> int:
     cases, bad = gather_cases(args)
     if args.noise <= 0:
         raise ValueError(f"--noise {args.noise:g}: expected a percentage > 0")
+    engines = set(parse_engines(args.engines, _target(args.target)))
+    if not engines <= {Engine.UNFUSED, Engine.FUSED}:
+        raise ValueError(
+            f"--engines {args.engines}: wino tune records unfused and fused plans only; "
+            "pass unfused, fused or unfused,fused"
+        )
     if args.dask:
         from ..scale.sweep import run_dask
 
@@ -388,6 +495,11 @@ def plot(args: argparse.Namespace) -> int:
     from .plot import PlotUnavailable
     from .plot import plot as draw
 
+    if args.engines:
+        from .table import engines_markdown
+
+        print(engines_markdown(args.csv))
+        return 0
     if args.table:
         from .table import markdown
 

@@ -54,12 +54,21 @@ COLUMNS = (
     "verified",
     "speedup",
     "winner",
+    # wino bench --engines (added after the first columns, which keep their places)
+    "plan_kind",  # unfused2d_rt or fused2d_rt (empty on a direct engine's row)
+    "kf",  # the fused kernel
+    "cached_us",  # U cached (K1 once per weights; a direct engine's time as is)
+    "cached_tflops",
+    "cached_speedup",  # a direct engine's time / this row's cached time
+    "cached_winner",  # the fastest engine of the case with U cached
 )
+#: Columns that are the sweep's content although they come after the first timing.
+_CONTENT_TAIL = ("tolerance", "verified", "plan_kind", "kf")
 #: Columns that differ between two runs of the same sweep: the timings and the rates and ratios
 #: derived from them, and the error (fresh random operands per run). The other columns are the
 #: sweep's content: what ran (case, tile, binaries, batch split) and whether it verified.
 #: (Written as the tail of COLUMNS from the first timing, less the verification's content.)
-MEASURED = tuple(c for c in COLUMNS[COLUMNS.index("k1_us") :] if c not in ("tolerance", "verified"))
+MEASURED = tuple(c for c in COLUMNS[COLUMNS.index("k1_us") :] if c not in _CONTENT_TAIL)
 Row = dict[str, str]
 UNVERIFIED = "unverified"  # ``verified`` of a row that was not checked (--no-verify)
 
@@ -155,12 +164,26 @@ def measured_cases(rows: Iterable[Row], target: str, engines: Iterable[str]) -> 
     return {case for case, have in seen.items() if want <= have}
 
 
-def best_wino(rows: Iterable[Row]) -> Row | None:
-    """The fastest wino row that did not fail verification, verified rows first."""
-    usable = [r for r in rows if r.get("engine") == "wino" and not failed(r) and num(r, "total_us")]
+#: The CSV's engine names of wino's own engines (wino.bench.modes.Engine.row_name).
+WINO_ENGINES = ("wino", "fused", "baked")
+#: Those a user runs without a compiler (the Best line's pool).
+AOT_ENGINES = ("wino", "fused")
+
+
+def best_wino(rows: Iterable[Row], column: str = "total_us") -> Row | None:
+    """The fastest row of a wino engine (unfused, fused, baked) by ``column`` that did not
+    fail verification, verified rows first."""
+    usable = [
+        r for r in rows if r.get("engine") in WINO_ENGINES and not failed(r) and num(r, column)
+    ]
     verified = [r for r in usable if r.get("verified") == "yes"]
     pool = verified or usable
-    return min(pool, key=lambda r: num(r, "total_us")) if pool else None
+    return min(pool, key=lambda r: num(r, column)) if pool else None
+
+
+def engine_label(row: Row) -> str:
+    """``wino F4x4`` (unfused), ``fused F2x2``, ``baked F4x4``, or the direct engine."""
+    return f"{row['engine']} {row['tile']}" if row["engine"] in WINO_ENGINES else row["engine"]
 
 
 #: The engines a wino row is compared with (``wino bench --compare``).
@@ -175,16 +198,36 @@ def annotate(rows: list[Row]) -> list[Row]:
     for row in rows:
         by_case.setdefault((row["target"], row["case"]), []).append(row)
     for case_rows in by_case.values():
-        cudnn = next((r for r in case_rows if r["engine"] in DIRECT_ENGINES), None)
-        cudnn_us = num(cudnn, "total_us") if cudnn else None
-        if not cudnn_us:
-            continue
-        for row in case_rows:
-            if row["engine"] == "wino" and num(row, "total_us"):
-                row["speedup"] = fmt(cudnn_us / num(row, "total_us"))
-        best = best_wino(case_rows)
-        won = best is not None and num(best, "total_us") < cudnn_us
-        winner = f"wino {best['tile']}" if won else cudnn["engine"]
-        for row in case_rows:
-            row["winner"] = winner
+        _annotate_case(case_rows, "total_us", "speedup", "winner")
+        _annotate_case(case_rows, "cached_us", "cached_speedup", "cached_winner")
     return rows
+
+
+def _annotate_case(case_rows: list[Row], time: str, speedup: str, winner: str) -> None:
+    """``speedup`` (direct / wino time) on the wino rows and ``winner`` on every row, by the
+    ``time`` column, when the case has a direct engine's row with that time."""
+    cudnn = next((r for r in case_rows if r["engine"] in DIRECT_ENGINES), None)
+    cudnn_us = num(cudnn, time) if cudnn else None
+    if not cudnn_us:
+        return
+    for row in case_rows:
+        if row["engine"] in WINO_ENGINES and num(row, time):
+            row[speedup] = fmt(cudnn_us / num(row, time))
+    best = best_wino(case_rows, time)
+    won = best is not None and num(best, time) < cudnn_us
+    label = engine_label(best) if won else cudnn["engine"]
+    for row in case_rows:
+        row[winner] = label
+
+
+def engine_times(case_rows: list[Row], time: str = "cached_us") -> dict[str, tuple[str, float]]:
+    """Per engine of a case, its best usable row's (label, time): a wino engine's fastest tile
+    that did not fail verification, a direct engine's row."""
+    out: dict[str, tuple[str, float]] = {}
+    for row in case_rows:
+        value = num(row, time)
+        if not value or failed(row):
+            continue
+        if row["engine"] not in out or value < out[row["engine"]][1]:
+            out[row["engine"]] = (engine_label(row), value)
+    return out

@@ -21,8 +21,9 @@ from .candidates import Candidates, families
 from .cases import case_key
 from .compare import DirectResult
 from .device import Device, Operands
-from .modes import Compare, Timing
+from .modes import Compare, Engine, Timing
 from .roofline import bandwidth_gbs, bound_us, stage_bytes
+from .runs import TileRun
 from .select import Pick, Prober, select
 
 Say = Callable[[str], None]
@@ -37,36 +38,43 @@ class Options:
     candidate_limit: int | None = None  # candidates per stage; None: the device's default
     cache_root: Path | None = None
     recheck: bool = False  # time each tile's pipeline twice (wino tune's noise check)
+    #: What runs (``--engines``); empty: the unfused pipeline and ``compare`` (as before).
+    engines: tuple[Engine, ...] = ()
+    baked_root: Path | None = None  # where the baked engine compiles (None: a temp folder)
 
     def __post_init__(self) -> None:
-        """Strings parse to their members ("staged", "cudnn"); a bad one lists the valid values."""
+        """Strings parse to their members ("staged", "cudnn"); a bad one lists the valid values.
+        ``compare`` joins the engines; the first direct engine is ``compare``."""
         object.__setattr__(self, "timing", coerce(Timing, self.timing, "timing"))
         if self.compare is not None:
             object.__setattr__(self, "compare", coerce(Compare, self.compare, "compare"))
-
-
-@dataclass
-class TileRun:
-    """The pipeline of one tile: its pick, stage and total times, and its check."""
-
-    pick: Pick
-    stage_us: dict[Stage, float]
-    total_us: float
-    error: float | None = None
-    tolerance: float | None = None
-    check_us: float | None = None  # a second, independent timing (Options.recheck)
+        engines = [coerce(Engine, e, "engines") for e in self.engines] or [Engine.UNFUSED]
+        if self.compare is not None:
+            engines.append(Engine(self.compare.value))
+        engines = tuple(dict.fromkeys(engines))
+        object.__setattr__(self, "engines", engines)
+        direct = next((e for e in engines if e.direct), None)
+        object.__setattr__(self, "compare", None if direct is None else Compare(direct.value))
 
     @property
-    def verified(self) -> bool:
-        return self.error is not None and accuracy.passes(self.error, self.tolerance)
+    def directs(self) -> tuple[Engine, ...]:
+        return tuple(e for e in self.engines if e.direct)
+
+    @property
+    def row_engines(self) -> tuple[str, ...]:
+        """The CSV's engine names a complete case has a row of."""
+        return tuple(e.row_name for e in self.engines)
 
 
 @dataclass
 class CaseRun:
     problem: Problem
     tiles: list[TileRun] = field(default_factory=list)
-    direct: DirectResult | None = None
+    direct: DirectResult | None = None  # the first direct engine's (``compare``)
     refused: Refused | None = None
+    fused: list[TileRun] = field(default_factory=list)
+    baked: TileRun | None = None
+    directs: dict[Engine, DirectResult] = field(default_factory=dict)
 
 
 # Planning ------------------------------------------------------------------------------------
@@ -101,9 +109,10 @@ def bench_case(problem: Problem, device: Device, options: Options, say: Say) -> 
         say(f"skip {problem.label()}: refused [{refusal.rule}] {refusal.message}")
         return CaseRun(problem, refused=refusal)
     say(f"case {problem.label()}")
-    tiles = plan_tiles(problem, device, options, say)
+    unfused = {Engine.UNFUSED, Engine.BAKED} & set(options.engines)  # baked mirrors unfused
+    tiles = plan_tiles(problem, device, options, say) if unfused else {}
     run = CaseRun(problem)
-    if not tiles:
+    if not tiles and set(options.engines) <= {Engine.UNFUSED, Engine.BAKED}:
         say("  no pipeline fits this case")
         return run
     operands = device.operands(problem)
@@ -113,12 +122,35 @@ def bench_case(problem: Problem, device: Device, options: Options, say: Say) -> 
         if tile_run is not None:
             run.tiles.append(tile_run)
             say(tile_line(problem, tile_run))
-    if options.compare is not None:
-        from .compare import compare
-
-        run.direct = compare(options.compare.value, problem, device, operands, ref)
-        say(direct_line(problem, options.compare.value, run.direct))
+    bench_engines(run, device, operands, ref, options, say)
     return run
+
+
+def bench_engines(run: CaseRun, device: Device, operands: Operands, ref, options, say) -> None:
+    """The fused and baked engines and the direct ones, on the case's operands."""
+    from . import engines
+    from .compare import compare
+
+    problem = run.problem
+    if Engine.FUSED in options.engines:
+        for tile in options.tiles:
+            fused = engines.fused_tile(problem, tile, device, operands, ref, options)
+            if fused is not None:
+                run.fused.append(fused)
+                say(tile_line(problem, fused, "fused"))
+    best = engines.best_of(run.tiles)
+    if Engine.BAKED in options.engines and best is not None:
+        try:
+            run.baked = engines.baked_run(best, device, operands, ref, options)
+            say(tile_line(problem, run.baked, "baked"))
+        except ValueError as why:  # BakeUnsupported: unequal batch chunks
+            say(f"  baked: skipped: {why}")
+    if Engine.UNFUSED not in options.engines:
+        run.tiles.clear()  # timed for the baked engine only: no rows
+    for engine in options.directs:
+        run.directs[engine] = compare(engine.value, problem, device, operands, ref)
+        say(direct_line(problem, engine.value, run.directs[engine]))
+    run.direct = run.directs.get(Engine(options.compare.value)) if options.compare else None
 
 
 def bench_tile(
@@ -141,9 +173,19 @@ def bench_tile(
         chosen, error = first_verified(picks, bound, device, operands, ref, say)
     stage_us, total = time_pick(chosen, device, operands, options.timing)
     check = time_pick(chosen, device, operands, options.timing)[1] if options.recheck else None
+    cached = cached_us(chosen, device, operands, options.timing, stage_us)
     for pick in picks:  # the plans stay; the workspaces go
         pick.prober.release()
-    return TileRun(chosen, stage_us, total, error, bound, check)
+    return TileRun(chosen, stage_us, total, error, bound, check, cached)
+
+
+def cached_us(pick: Pick, device: Device, operands: Operands, timing: Timing, stage_us) -> float:
+    """The chain with U cached: timed whole (block), or the stage times less K1 (staged)."""
+    if timing is Timing.STAGED:
+        return sum(us for stage, us in stage_us.items() if stage is not Stage.FILTER)
+    from .engines import chain_us
+
+    return chain_us(pick.plan, device, operands, pick.prober.workspace(pick.plan), True)
 
 
 def first_verified(
@@ -200,13 +242,15 @@ def plan_text(pick: Pick) -> str:
     return f"{pick.plan.tile} [{names}]"
 
 
-def tile_line(problem: Problem, run: TileRun) -> str:
+def tile_line(problem: Problem, run: TileRun, engine: str = "") -> str:
     check = "  unverified"
     if run.error is not None:
         check = f"  err {run.error:.2g} {'ok' if run.verified else 'FAIL'}"
+    cached = "" if run.cached_us is None else f" ({run.cached_us:.1f} us U cached)"
+    head = f"{engine} " if engine else ""
     return (
-        f"  {run.pick.plan.tile.name:5} {run.total_us:12.1f} us "
-        f"{tflops(problem, run.total_us):9.3f} TFLOPS{check}  {plan_text(run.pick)}"
+        f"  {head}{run.pick.plan.tile.name:5} {run.total_us:12.1f} us "
+        f"{tflops(problem, run.total_us):9.3f} TFLOPS{cached}{check}  {plan_text(run.pick)}"
     )
 
 
@@ -229,11 +273,14 @@ def case_columns(problem: Problem, target: str) -> results.Row:
     return row
 
 
-def tile_row(problem: Problem, run: TileRun, device: Device, timing: Timing) -> results.Row:
+def tile_row(
+    problem: Problem, run: TileRun, device: Device, timing: Timing, engine: str = "wino"
+) -> results.Row:
     plan = run.pick.plan
     row = case_columns(problem, device.target.value)
     row.update(
-        engine="wino",
+        engine=engine,
+        plan_kind=plan.kind,
         tile=plan.tile.name,
         timing=timing.value,
         xdtype=plan.xdtype.short,
@@ -241,20 +288,27 @@ def tile_row(problem: Problem, run: TileRun, device: Device, timing: Timing) -> 
     )
     for stage, spec in plan.specs.items():
         row[stage.short] = spec.name
-    moved = stage_bytes(plan)
-    for stage, us in run.stage_us.items():
-        row[f"{stage.short}_us"] = results.fmt(us, 6)
-        if stage is not Stage.GEMM:
-            row[f"{stage.short}_gbs"] = results.fmt(bandwidth_gbs(moved[stage], us))
-    copy, gemm = device.copy_gbs(), device.gemm_tflops(plan.xdtype, plan.accdtype)
-    bound = bound_us(plan, copy, gemm)
+    if not plan.fused:  # the roofline below is the unfused pipeline's
+        moved = stage_bytes(plan)
+        for stage, us in run.stage_us.items():
+            row[f"{stage.short}_us"] = results.fmt(us, 6)
+            if stage is not Stage.GEMM:
+                row[f"{stage.short}_gbs"] = results.fmt(bandwidth_gbs(moved[stage], us))
+        copy, gemm = device.copy_gbs(), device.gemm_tflops(plan.xdtype, plan.accdtype)
+        bound = bound_us(plan, copy, gemm)
+        row.update(
+            copy_gbs=results.fmt(copy),
+            gemm_tflops=results.fmt(gemm),
+            bound_us=results.fmt(bound),
+            bound_ratio=results.fmt(bound / run.total_us),
+        )
     row.update(
         total_us=results.fmt(run.total_us, 6),
         tflops=results.fmt(tflops(problem, run.total_us), 6),
-        copy_gbs=results.fmt(copy),
-        gemm_tflops=results.fmt(gemm),
-        bound_us=results.fmt(bound),
-        bound_ratio=results.fmt(bound / run.total_us),
+        cached_us=results.fmt(run.cached_us, 6),
+        cached_tflops=results.fmt(
+            tflops(problem, run.cached_us) if run.cached_us is not None else None, 6
+        ),
         error=results.fmt(run.error, 3),
         tolerance=results.fmt(run.tolerance, 3),
         verified=verified_cell(run.error, run.verified),
@@ -278,6 +332,8 @@ def direct_row(problem: Problem, engine: str, direct: DirectResult, device: Devi
         timing="block",
         total_us=results.fmt(direct.time_us, 6),
         tflops=results.fmt(tflops(problem, direct.time_us), 6),
+        cached_us=results.fmt(direct.time_us, 6),  # no filter transform to cache
+        cached_tflops=results.fmt(tflops(problem, direct.time_us), 6),
         error=results.fmt(direct.error, 3),
         tolerance=results.fmt(bound, 3),
         verified=verified_cell(direct.error, ok),
@@ -288,30 +344,42 @@ def direct_row(problem: Problem, engine: str, direct: DirectResult, device: Devi
 def case_rows(
     run: CaseRun, device: Device, timing: Timing, engine: Compare | None = None
 ) -> list[results.Row]:
-    rows = [tile_row(run.problem, t, device, timing) for t in run.tiles]
-    if run.direct is not None:
-        rows.append(direct_row(run.problem, engine.value, run.direct, device))
+    """The case's rows: unfused (``wino``) and fused per tile, baked, the direct engines."""
+    p = run.problem
+    rows = [tile_row(p, t, device, timing) for t in run.tiles]
+    rows += [tile_row(p, t, device, Timing.BLOCK, Engine.FUSED.row_name) for t in run.fused]
+    if run.baked is not None:
+        rows.append(tile_row(p, run.baked, device, Timing.BLOCK, Engine.BAKED.row_name))
+    directs = dict(run.directs)
+    if run.direct is not None and engine is not None:
+        directs.setdefault(Engine(engine.value), run.direct)
+    rows += [direct_row(p, e.value, d, device) for e, d in directs.items()]
     return results.annotate(rows)
 
 
 # Summary -------------------------------------------------------------------------------------
 def best_line(rows: list[results.Row]) -> str:
-    """``Best: <TFLOPS> TFLOPS — <case> <plan>``: the wino pipeline with the most TFLOPS over
-    all cases that verified (or, when nothing was checked, over all, marked unverified)."""
+    """``Best: <TFLOPS> TFLOPS — <case> <plan>``: the AOT wino plan (unfused or fused) with the
+    most TFLOPS over all cases that verified (or, when nothing was checked, over all, marked
+    unverified)."""
     usable = [
         r
         for r in rows
-        if r.get("engine") == "wino" and not results.failed(r) and results.num(r, "tflops")
+        if r.get("engine") in results.AOT_ENGINES  # the baked engine is the JIT yardstick
+        and not results.failed(r)
+        and results.num(r, "tflops")
     ]
     verified = [r for r in usable if r.get("verified") == "yes"]
     pool = verified or usable
     best = max(pool, key=lambda r: results.num(r, "tflops")) if pool else None
     if best is None:
         return "Best: 0 TFLOPS — none (no verified wino pipeline)"
-    names = " ".join(best[s] for s in ("k1", "k2a", "k2", "k4") if best.get(s))
+    names = " ".join(best[s] for s in ("k1", "k2a", "k2", "k4", "kf") if best.get(s))
     tag = "" if best.get("verified") == "yes" else " (unverified)"
+    engine = "" if best["engine"] == "wino" else f" ({best['engine']})"
     return (
-        f"Best: {float(best['tflops']):.4g} TFLOPS — {best['label']} {best['tile']} [{names}]{tag}"
+        f"Best: {float(best['tflops']):.4g} TFLOPS — {best['label']} {best['tile']} "
+        f"[{names}]{engine}{tag}"
     )
 
 
@@ -338,6 +406,22 @@ def winner_line(rows: list[results.Row]) -> str | None:
     )
 
 
+def engines_lines(rows: list[results.Row]) -> list[str]:
+    """With two engines or more: per timing (U cached, K1 per call), the fastest engine and
+    its speedup over each other engine (their time / its time)."""
+    out = []
+    for time, what in (("cached_us", "U cached"), ("total_us", "K1 per call")):
+        best = results.engine_times(rows, time)
+        if len(best) < 2:
+            continue
+        label, fastest = min(best.values(), key=lambda lt: lt[1])
+        others = ", ".join(
+            f"{t / fastest:.3g}x over {name}" for name, t in sorted(best.values()) if name != label
+        )
+        out.append(f"  fastest, {what}: {label} {fastest:.1f} us ({others})")
+    return out
+
+
 # The sweep -----------------------------------------------------------------------------------
 @dataclass
 class Sweep:
@@ -353,8 +437,7 @@ class Sweep:
 
     @property
     def engines(self) -> tuple[str, ...]:
-        compare = self.options.compare
-        return ("wino", compare) if compare else ("wino",)
+        return self.options.row_engines
 
     def run(self, cases: list[Problem], progress) -> int:
         """Measure the cases, print the Best line (last); returns the exit code."""
@@ -400,6 +483,8 @@ class Sweep:
         new = case_rows(run, self.device, self.options.timing, self.options.compare)
         line = winner_line(new)
         if line:
+            say(line)
+        for line in engines_lines(new):
             say(line)
         if self.results_path is not None:
             self.rows = results.update(self.results_path, new)

@@ -3,6 +3,7 @@ pipeline against cuDNN and its roofline bound."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from . import results
@@ -49,3 +50,106 @@ def markdown(csv_path: Path) -> str:
     for row in results.read(csv_path):
         by_case.setdefault(row["case"], []).append(row)
     return "\n".join([HEADER, *(case_line(rows) for rows in by_case.values())])
+
+
+# wino bench --engines: every engine per case, and the geomeans -------------------------------
+ENGINES_HEADER = (
+    "| layer | dtype | unfused tile | unfused us (U cached / K1) | fused tile "
+    "| fused us (U cached / K1) | baked us (U cached / K1) | direct us | fastest, U cached "
+    "| best AOT / direct | unfused / baked |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|"
+)
+AOT_ENGINES = results.AOT_ENGINES  # what a user gets without compiling
+
+
+def _best(case_rows: list[results.Row], engine: str) -> results.Row | None:
+    """The engine's fastest verified row of the case by U-cached time."""
+    ok = [r for r in case_rows if r["engine"] == engine and r.get("verified") == "yes"]
+    return results.best_wino(ok, "cached_us") if engine in results.WINO_ENGINES else None
+
+
+def _direct(case_rows: list[results.Row]) -> results.Row | None:
+    return next((r for r in case_rows if r["engine"] in results.DIRECT_ENGINES), None)
+
+
+def _pair(row: results.Row | None) -> str:
+    if row is None:
+        return ""
+    return f"{_cell(results.num(row, 'cached_us'))} / {_cell(results.num(row, 'total_us'))}"
+
+
+def case_ratios(case_rows: list[results.Row]) -> dict[str, float]:
+    """The case's ratios (U cached): direct time / best AOT engine (``aot``), and the baked
+    engine's shape-generic cost, unfused time / baked time of the same tile (``generic``)."""
+    out = {}
+    direct = _direct(case_rows)
+    aot = [b for b in (_best(case_rows, e) for e in AOT_ENGINES) if b is not None]
+    if direct is not None and aot:
+        fastest = min(results.num(b, "cached_us") for b in aot)
+        out["aot"] = results.num(direct, "cached_us") / fastest
+    baked = _best(case_rows, "baked")
+    if baked is not None:
+        same = [r for r in case_rows if r["engine"] == "wino" and r["tile"] == baked["tile"]]
+        if same and results.num(same[0], "cached_us"):
+            out["generic"] = results.num(same[0], "cached_us") / results.num(baked, "cached_us")
+    return out
+
+
+def engines_case_line(case_rows: list[results.Row]) -> str:
+    first = case_rows[0]
+    unfused, fused, baked = (_best(case_rows, e) for e in ("wino", "fused", "baked"))
+    direct = _direct(case_rows)
+    label = first["label"].split(" ", 1)[1]
+    times = results.engine_times(case_rows)
+    fastest = min(times.values(), key=lambda lt: lt[1])[0] if times else ""
+    ratios = case_ratios(case_rows)
+    return (
+        f"| {label} | {first['dtype']} | {unfused['tile'] if unfused else ''} | {_pair(unfused)} "
+        f"| {fused['tile'] if fused else ''} | {_pair(fused)} | {_pair(baked)} "
+        f"| {_cell(direct and results.num(direct, 'total_us'))} | {fastest} "
+        f"| {_cell(ratios.get('aot'), 2)} | {_cell(ratios.get('generic'), 3)} |"
+    )
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def engines_summary(rows: list[results.Row]) -> list[str]:
+    """Per dtype, the geomeans over the cases: direct time / best AOT engine's (U cached), and
+    the shape-generic cost (unfused / baked - 1, in percent)."""
+    by_dtype: dict[str, list[dict[str, float]]] = {}
+    for case_rows in _cases(rows).values():
+        by_dtype.setdefault(case_rows[0]["dtype"], []).append(case_ratios(case_rows))
+    lines = []
+    for dtype, ratios in by_dtype.items():
+        aot = [r["aot"] for r in ratios if "aot" in r]
+        generic = [r["generic"] for r in ratios if "generic" in r]
+        if aot:
+            lines.append(
+                f"{dtype}: best wino engine (U cached) vs the direct engine: "
+                f"{_geomean(aot):.3g}x geomean over {len(aot)} layers "
+                f"(min {min(aot):.3g}x, max {max(aot):.3g}x)"
+            )
+        if generic:
+            cost = (_geomean(generic) - 1) * 100
+            lines.append(
+                f"{dtype}: shape-generic cost (unfused / baked, U cached): {cost:+.1f}% geomean "
+                f"over {len(generic)} layers (min {(min(generic) - 1) * 100:+.1f}%, "
+                f"max {(max(generic) - 1) * 100:+.1f}%)"
+            )
+    return lines
+
+
+def _cases(rows: list[results.Row]) -> dict[str, list[results.Row]]:
+    by_case: dict[str, list[results.Row]] = {}
+    for row in rows:
+        by_case.setdefault(row["case"], []).append(row)
+    return by_case
+
+
+def engines_markdown(csv_path: Path) -> str:
+    """The engines table (one line per case) and the geomeans under it."""
+    rows = results.read(csv_path)
+    lines = [engines_case_line(case_rows) for case_rows in _cases(rows).values()]
+    return "\n".join([ENGINES_HEADER, *lines, "", *engines_summary(rows)])

@@ -32,8 +32,9 @@ def pinning_advice(target: Target) -> str | None:
 
 
 def winner(run: CaseRun) -> TileRun | None:
-    """The fastest verified pipeline of a case."""
-    verified = [t for t in run.tiles if t.verified]
+    """The fastest verified plan of a case (unfused pipelines, and fused plans when the sweep
+    ran the fused engine: ``wino tune --engines unfused,fused``)."""
+    verified = [t for t in run.tiles + run.fused if t.verified]
     return min(verified, key=lambda t: t.total_us) if verified else None
 
 

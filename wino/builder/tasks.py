@@ -189,11 +189,12 @@ def notice_action(messages: tuple[str, ...]) -> None:
 def validate_action(paths: list[str]) -> None:
     """Validate each grids/<kind>.yaml against schema/<kind>.schema.json, then expand the grid
     (which runs the refusal rules); raises ConfigError naming the bad field."""
-    from .. import config, grid
+    from .. import algorithms, config, grid
 
     for path in paths:
         config.load_file(path, Path(path).stem)
         print(f"{path}: valid")
+    print(f"algorithms: {len(algorithms.crossovers())} crossover rules")  # each rule probed
     accepted, refused = grid.expand()
     print(f"grid: {sum(len(v) for v in accepted.values())} accepted specs, {len(refused)} refused")
 

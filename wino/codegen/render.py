@@ -58,18 +58,29 @@ def baked_symbol(spec: StageSpec) -> str:
     return f"{spec.name}_baked"
 
 
-def render(spec: StageSpec, target: Target | str, baked: Problem | None = None) -> str:
+def render(
+    spec: StageSpec,
+    target: Target | str,
+    baked: Problem | None = None,
+    *,
+    constants: dict[str, int] | None = None,
+) -> str:
     """Kernel source of one spec for one target. With ``baked``, the problem's kernargs are
-    compiled in as constants (the per-problem JIT route); the signature stays the same."""
+    compiled in as constants (the per-problem JIT route) under the symbol ``<name>_baked``.
+    With ``constants`` (one launch's kernargs, ``Launch.kernargs``), the same under the
+    kernel's own name, so a cache of baked binaries binds as the AOT one (wino.builder.baked).
+    Either way the signature stays the same and the kernel never reads its kernarg struct."""
     target = Target(target) if isinstance(target, str) else target
-    kernargs = stage_launch(spec, baked).kernargs if baked is not None else None
+    if baked is not None and constants is not None:
+        raise ValueError("render: pass baked (a problem) or constants (kernargs), not both")
+    kernargs = stage_launch(spec, baked).kernargs if baked is not None else constants
     kind = kind_of(spec)
     renderer = RENDERERS[target](baked=kernargs)
     tile = spec.tile
     context = dict(
         spec=spec,
         r=renderer,
-        name=baked_symbol(spec) if baked else spec.name,
+        name=baked_symbol(spec) if baked is not None else spec.name,
         kernargs=kind.kernargs,
         params=kind.params(spec),
         axis_constants=spec.axis_values(),

@@ -12,7 +12,28 @@ Subclasses only supply strings; the base class holds the logic.
 from __future__ import annotations
 
 from ..kinds import kernarg_ctype
+from ..magic import magic_div
 from ..vocab import DType, Target
+
+
+def baked_values(kernargs: dict[str, int]) -> dict[str, int]:
+    """A launch's kernargs as a baked kernel holds them: every field as is, each magic pair
+    (m_X, s_X) replaced by (X, 0), X read from the field of that name. Raises ValueError when
+    a pair's divisor is not a field or its pair is not X's magic (kernargs of another launch)."""
+    out = dict(kernargs)
+    for name in kernargs:
+        if not name.startswith("m_"):
+            continue
+        divisor = name[2:]
+        if divisor not in kernargs:
+            raise ValueError(f"baked kernargs: magic pair {name} divides by {divisor}, not a field")
+        if magic_div(kernargs[divisor]) != (kernargs[name], kernargs[f"s_{divisor}"]):
+            raise ValueError(
+                f"baked kernargs: ({name}, s_{divisor}) is not the magic pair of "
+                f"{divisor} = {kernargs[divisor]}; pass one launch's kernargs (stage_launch)"
+            )
+        out[name], out[f"s_{divisor}"] = kernargs[divisor], 0
+    return out
 
 
 class Renderer:
@@ -33,6 +54,15 @@ class Renderer:
     def __init__(self, baked: dict[str, int] | None = None):
         self.baked = baked  # a problem's kernargs baked in as constants (the JIT route)
         self.block = 0
+
+    # Division by an extent ------------------------------------------------------------------
+    def udiv(self, n: str, m: str, s: str) -> str:
+        """``n / d`` (n < 2^31) from d's magic pair (m = 0 encodes d = 1). Baked, the pair
+        holds (d, 0) (``args_init``): the compiler sees a division by a literal and folds it
+        its own way (a shift for a power of two)."""
+        if self.baked is not None:
+            return f"(void){s}, {n} / {m}"
+        return f"{m} ? ({self.umulhi(n, m)} >> {s}) : {n}"
 
     # Conversions ----------------------------------------------------------------------------
     def umulhi(self, a: str, b: str) -> str:
@@ -69,14 +99,16 @@ class Renderer:
         return ""
 
     def args_init(self) -> str:
-        """Initialiser of the local kernarg copy A: the passed struct, or baked constants."""
+        """Initialiser of the local kernarg copy A: the passed struct, or baked constants
+        (the kernel then never reads its kernarg struct). Baked, each magic pair m_X, s_X
+        holds (X, 0): ``udiv`` divides by X itself."""
         if self.baked is None:
             return self.args_source()
         values = ", ".join(
             f"{int(v)}" + ("u" if kernarg_ctype(k) == "unsigned" else "")
-            for k, v in self.baked.items()
+            for k, v in baked_values(self.baked).items()
         )
-        return "{" + values + "}"
+        return "{" + values + "} /* baked: the problem's kernargs, divisors for magic pairs */"
 
     def args_source(self) -> str:
         return "A_in"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import cache
+from .. import algorithms, cache
 from ..grid import GRID_STAGES
 from ..launch import (
     Launch,
@@ -340,8 +340,16 @@ def invalidate() -> None:
     _SEEN.clear()
 
 
-def _pick_algorithm(algorithm: str | None, specs) -> tuple[str, str]:
-    """(plan kind, why) from the caller's algorithm (and specs, whose stages decide it)."""
+def _pick_algorithm(
+    algorithm: str | None,
+    specs,
+    problem: Problem | None = None,
+    target: Target | None = None,
+    db: Path | None = None,
+) -> tuple[str, str]:
+    """(plan kind, why): the caller's algorithm (or specs, whose stages decide it); else the
+    tuning DB's recorded winner for the problem; else grids/algorithms.yaml's first rule that
+    holds (wino.algorithms)."""
     if algorithm is not None and algorithm not in ALGORITHMS:
         raise ValueError(
             f"algorithm {algorithm!r}: expected one of {ALGORITHMS} or None (dispatch chooses)"
@@ -352,10 +360,13 @@ def _pick_algorithm(algorithm: str | None, specs) -> tuple[str, str]:
         return "unfused2d_rt", "the caller's specs are the unfused stages"
     if algorithm is not None:
         return KIND_OF[algorithm], f"forced by algorithm={algorithm!r}"
-    return "unfused2d_rt", (
-        "the default: fused2d_rt is chosen only with algorithm='fused' until a measured "
-        "crossover rule (H200) exists"
-    )
+    if problem is None:
+        return "unfused2d_rt", "no problem given: the unfused pipeline"
+    recorded = tuning.recorded_kind(problem, target, path=db) if target and db else None
+    if recorded is not None:
+        return recorded
+    choice = algorithms.choose(problem)
+    return choice.algorithm.plan_kind, choice.explain()
 
 
 def dispatch(
@@ -377,8 +388,9 @@ def dispatch(
     and returns the same Plan object, whose backend, kernel handles and packed kernargs are
     then reused; it looks at the files again (a few stat calls) once REVALIDATE_S has passed,
     after this process published a manifest or tuning DB, or after ``invalidate()``.
-    ``algorithm``: None (dispatch chooses: unfused2d_rt until a measured crossover exists),
-    "unfused" or "fused" (docs/FUSED.md). ``epilogue`` (an Epilogue or its value: "bias",
+    ``algorithm``: None (dispatch chooses: the tuning DB's recorded winner, else the first
+    rule of grids/algorithms.yaml that holds; ``plan.explain()`` says which), "unfused" or
+    "fused" (docs/FUSED.md). ``epilogue`` (an Epilogue or its value: "bias",
     "relu", "bias_relu"): the last kernel adds the bias and / or applies ReLU before y's
     store (``plan.run(..., bias=)``); without a ``tile``, a tuning DB's tile that has no such
     kernel gives way to the default tile. Raises Refused (with the rule id) for problems wino
@@ -409,19 +421,21 @@ def _dispatch(
     problem, algorithm, target, tile, batch_split, workspace_limit, cache_root, specs, epilogue
 ):
     """``dispatch`` with the cache files looked at (the plan cache checked against them)."""
-    kind = (*_pick_algorithm(algorithm, specs), algorithm, epilogue)  # (kind, why, asked, epi)
     target = _pick_target(target, cache_root)
     tile = coerce(Tile, tile, "tile") if tile is not None else None
     frozen = None if specs is None else tuple(sorted(specs.items(), key=lambda kv: kv[0].value))
-    key = (problem, target, tile, batch_split, workspace_limit, cache_root, frozen, kind)
     try:  # the manifest along the search path (./build, the checkout, an installed wheel)
         found = cache.manifest_location(target, cache_root)
     except FileNotFoundError:  # no cache: a refusal still says what is wrong with the problem
+        kind = (*_pick_algorithm(algorithm, specs, problem), algorithm, epilogue)
         _assemble(
             problem, target, tile, batch_split, workspace_limit, cache_root, specs, None, kind
         )
         raise
     db = tuning.beside(found[0])  # the tuning DB of the cache found, not of the write folder
+    # (plan kind, why, as asked, epilogue)
+    kind = (*_pick_algorithm(algorithm, specs, problem, target, db), algorithm, epilogue)
+    key = (problem, target, tile, batch_split, workspace_limit, cache_root, frozen, kind)
     state = (found, (db, cache._file_key(db)))
     hit = _PLANS.get(key)
     if hit is not None and hit[0] == state:
@@ -477,27 +491,36 @@ def _assemble(
 ) -> Plan:
     plan_kind, reason, algorithm, epilogue = kind
     fused = plan_kind == "fused2d_rt"
-    db = None if manifest_at is None else tuning.beside(manifest_at[0])
     caller_tile = tile
+    db = None if manifest_at is None else tuning.beside(manifest_at[0])
+    recorded = tuning.recorded_kind(problem, target, cache_root, db) if specs is None else None
+    use_db = recorded is not None and recorded[0] == plan_kind  # the DB's winner is this kind
     if specs is not None:
         tile = _specs_tile(specs, tile)
-    elif fused:
-        tile = tile or default_tile(problem)
     else:
-        tile = tile or tuning.best_tile(problem, target, cache_root, db) or default_tile(problem)
+        best = tuning.best_tile(problem, target, cache_root, db) if use_db else None
+        tile = tile or best or default_tile(problem)
     if manifest_at is not None:  # first: its index stamps the declared files the checks read
         manifest = cache.read_manifest(*manifest_at)
     check_problem(problem, tile)  # the index rule against the tile that will run
     if manifest_at is None:
         manifest = cache.find_manifest(target, cache_root)  # raises FileNotFoundError
     source = "caller"
-    if specs is None and not fused:
+    if specs is None and use_db:
         specs, source = tuning.lookup(problem, target, tile, cache_root, db), "tuning DB"
+        if specs is not None and epilogue is not Epilogue.NONE and fused:
+            specs = None  # a recorded kf without the epilogue: the default fused pick has it
         if specs is not None and epilogue is not Epilogue.NONE:
             specs = _tuned_with_epilogue(problem, specs, epilogue, manifest, caller_tile)
             if specs is None:  # the tuned tile has no such K4: the default tile's pick
                 tile = default_tile(problem)
                 check_problem(problem, tile)
+    if specs is None and fused and algorithm is None:  # a rule chose fused: may it serve?
+        try:
+            default_fused_specs(problem, tile, epilogue=epilogue)
+        except Refused as refusal:
+            fused, plan_kind = False, "unfused2d_rt"
+            reason += f"; but the fused kernel does not serve it ({refusal}): unfused2d_rt"
     if specs is None:
         if fused:
             specs = default_fused_specs(problem, tile, epilogue=epilogue)

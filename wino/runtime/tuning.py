@@ -74,6 +74,22 @@ def lookup(
     }
 
 
+def recorded_kind(
+    problem: Problem, target: Target, root: Path | None = None, path: Path | None = None
+) -> tuple[str, str] | None:
+    """(plan kind, why) of the problem's recorded winner (a kf spec makes it fused2d_rt), or
+    None when the DB has no entry for the problem."""
+    entry = _loaded(target, root, path)["entries"].get(problem_key(problem))
+    if entry is None:
+        return None
+    kind = "fused2d_rt" if Stage.FUSED.short in entry["specs"] else "unfused2d_rt"
+    where = db_path(target, root) if path is None else path
+    return kind, (
+        f"the tuning DB's recorded winner for this problem ({entry['tile']}, "
+        f"{entry['time_us']:g} us; {where})"
+    )
+
+
 def best_tile(
     problem: Problem, target: Target, root: Path | None = None, path: Path | None = None
 ) -> Tile | None:

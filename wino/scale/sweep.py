@@ -275,8 +275,7 @@ def run_dask(
     ``target``, ``options``): the exit code (as the serial command's)."""
     from ..bench.progress import Progress
 
-    engines = ("wino", options.compare.value) if options.compare else ("wino",)
-    todo = _todo(cases, args, target, engines)
+    todo = _todo(cases, args, target, options.row_engines)
     with connect(args.dask, gpus=target is Target.CUDA) as client:
         resource = GPU if target is Target.CUDA else None
         workers = slots(client, resource)
