@@ -95,12 +95,20 @@ class Ranking:
 
 
 def _first_fit(
-    stage: Stage, tile: Tile, io: DType, xdtype: DType, problem: Problem, among
+    stage: Stage,
+    tile: Tile,
+    io: DType,
+    xdtype: DType,
+    problem: Problem,
+    among,
+    tile_scale: bool = True,
 ) -> StageSpec:
+    """The first of ``among``'s specs that fits; ``tile_scale``: whether K2 writes tile scales
+    (K4's fp16 M needs them: the fp16_m_range rule)."""
     reasons = []
     for spec in among(stage, tile, io, xdtype):
         try:
-            stage_launch(spec, problem)
+            stage_launch(spec, problem, tile_scale=tile_scale)
         except Refused as refusal:
             reasons.append(f"{spec.name}: {refusal}")
             continue
@@ -144,7 +152,8 @@ def _pick(tile: Tile, dtype: DType, xdtype: DType, probe: Problem, among):
     stages = [Stage.FILTER, *([Stage.PRESCALE] if k2.prescale is Prescale.SPLIT else [])]
     picks = {stage: _first_fit(stage, tile, dtype, xdtype, probe, among) for stage in stages}
     picks[Stage.INPUT] = k2
-    picks[Stage.OUTPUT] = _first_fit(Stage.OUTPUT, tile, dtype, xdtype, probe, among)
+    scaled = k2.prescale is not Prescale.NONE
+    picks[Stage.OUTPUT] = _first_fit(Stage.OUTPUT, tile, dtype, xdtype, probe, among, scaled)
     return dict(sorted(picks.items(), key=lambda item: grid.GRID_STAGES.index(item[0])))
 
 
