@@ -41,7 +41,9 @@ from wino.vocab import DType, Stage, Target  # noqa: E402
 ROOT = Path(os.environ.get("WINO_BUILD", "/tmp/wino-lean-build"))
 TARGET = Target(os.environ.get("WINO_LEAN_TARGET", "cuda"))  # c: a host smoke run
 LIMIT = int(os.environ.get("WINO_LEAN_LIMIT", "0")) or None  # the first N layers
-CASES = Path(__file__).resolve().parents[1] / "cases" / "public.txt"
+CASES = Path(
+    os.environ.get("WINO_LEAN_CASES", Path(__file__).resolve().parents[1] / "cases/public.txt")
+)
 DTYPES = tuple(DType(d) for d in os.environ.get("WINO_LEAN_DTYPES", "fp16,bf16").split(","))
 TIMED = (Stage.PRESCALE, Stage.INPUT, Stage.GEMM, Stage.OUTPUT)  # U cached: K1 once
 

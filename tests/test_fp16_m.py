@@ -17,6 +17,7 @@ import pytest
 
 from tests import host_cache
 from tests import runtime_fixtures as rf
+from wino.launch import stage_launch
 from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused, check_spec, m_per_channel
@@ -236,3 +237,13 @@ def test_fp16_m_on_normal_data_within_the_bound(root, dtype):
     y16, _, _ = _fp16_m_adds_one_rounding(root, problem, plan, x, w)
     ref = conv2d_reference(x, w, (1, 1))
     assert relative_error(y16, ref) <= bound_for(F4, DType(dtype))
+
+
+def test_fp16_m_without_tile_scales_is_refused():
+    """bf16 storage takes no tile scale (V has bf16's range): fp16 M is refused at any C."""
+    spec = RtOutputSpec(io=DType.BF16, accdtype=DType.FP16)
+    problem = _problem(16, "bf16")
+    stage_launch(spec, problem)  # with tile scales it fits
+    with pytest.raises(Refused) as info:
+        stage_launch(spec, problem, tile_scale=False)
+    assert info.value.rule == "fp16_m_range" and "tile scales: 0" in info.value.message

@@ -132,6 +132,10 @@ SPEC_BREAKERS = {
         "needs 696320 bytes of shared memory",
     ),
     "fused_stages_unsupported": (RtFusedSpec(stages=3), "pipeline stages 3"),
+    "m_dtype_unsupported": (
+        RtOutputSpec(io="fp32", accdtype="fp16"),
+        "M stored in fp16 with io fp32 is not supported",
+    ),
 }
 
 #: spec rule id -> the change that repairs its breaking spec (and breaks nothing else)
@@ -167,6 +171,7 @@ SPEC_REPAIRS = {
     "fused_accumulators": dict(kblock=16),
     "fused_shared_memory": dict(cchunk=16),
     "fused_stages_unsupported": dict(stages=1),
+    "m_dtype_unsupported": dict(accdtype="fp32"),
 }
 
 #: problem rule id -> (a problem that breaks it, a fragment of the message)
@@ -210,6 +215,11 @@ FIT_BREAKERS = {
         RtOutputSpec(vec=4),
         Problem(**{**_FIT, "K": 16, "groups": 8}),
         "vec 4 does not divide the output channels per group K/G = 2",
+    ),
+    "fp16_m_range": (
+        RtOutputSpec(accdtype="fp16"),
+        Problem(**{**_FIT, "C": 656, "K": 8}),
+        "F4x4 M stored in fp16 with C/G = 656 (tile scales: 1)",
     ),
     "fused_lanes_exceed_block": (
         RtInputSpec(vec=2, block=256),
@@ -356,7 +366,15 @@ def test_every_rule_evaluates_and_formats(rule):
         namespaces = [spec_namespace(_STAGE_SPECS[stage]) for stage in rule.stages]
     if rule.scope is Scope.FIT:
         derived = dict(
-            lanes=4, total=8, slots=2, RW=1, CH=1, grid_y=1, max_elems_chunk=1, max_threads_chunk=1
+            lanes=4,
+            total=8,
+            slots=2,
+            RW=1,
+            CH=1,
+            grid_y=1,
+            max_elems_chunk=1,
+            max_threads_chunk=1,
+            tile_scale=1,
         )
         namespaces = [
             {**problem_namespace(problem, Tile(4, 4)), **ns, **derived} for ns in namespaces
