@@ -65,7 +65,8 @@ def _ranked(
             continue
         if getattr(spec, "xdtype", xdtype) is not xdtype:
             continue
-        key = _rank(order, spec.fields_dict())
+        values = {name: value for _, name, value in spec.axis_values()}  # axis defaults too
+        key = _rank(order, {**values, **spec.fields_dict()})
         if key is not None:
             ranked.append((key, spec))
     ranked.sort(key=lambda pair: pair[0])  # stable

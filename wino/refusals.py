@@ -351,6 +351,7 @@ def spec_namespace(spec: StageSpec) -> dict[str, Any]:
 
 def _spec_ns(spec: StageSpec, params: dict[str, Any]) -> dict[str, Any]:
     ns = dict(params)
+    ns.update((name, value) for _, name, value in spec.axis_values())  # defaults included
     ns.update(spec.fields_dict())
     tile = spec.tile
     ns.update(
