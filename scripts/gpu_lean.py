@@ -4,7 +4,7 @@ against the current default pick (M in fp16 where the fp16_m_range rule admits i
 
     python3 scripts/gpu_lean.py build           # the CUDA kernels this needs, into $WINO_BUILD
     python3 scripts/gpu_lean.py table           # the per-stage table and the geomeans vs cuDNN
-    python3 scripts/gpu_lean.py k2              # every K2 candidate of each layer, timed alone
+    python3 scripts/gpu_lean.py stages          # every K2 and K4 candidate of each layer, alone
     python3 scripts/gpu_lean.py once CASE       # each K2 candidate once (under ncu)
 
 Run from the repository root with CuPy and PyTorch importable (doit is not needed: the build
@@ -31,12 +31,13 @@ from wino.bench.cases import problems_from  # noqa: E402
 from wino.bench.device import open_device  # noqa: E402
 from wino.bench.roofline import bandwidth_gbs, stage_bytes  # noqa: E402
 from wino.bench.select import Prober  # noqa: E402
-from wino.pick import default_stage_specs  # noqa: E402
+from wino.launch import stage_launch  # noqa: E402
+from wino.pick import candidates, default_stage_specs  # noqa: E402
 from wino.problem import Problem  # noqa: E402
 from wino.refusals import Refused  # noqa: E402
 from wino.runtime.plan import default_tile  # noqa: E402
 from wino.runtime.verify import bound_for  # noqa: E402
-from wino.vocab import DType, Stage, Target  # noqa: E402
+from wino.vocab import DType, K2Path, Prescale, Stage, Target  # noqa: E402
 
 ROOT = Path(os.environ.get("WINO_BUILD", "/tmp/wino-lean-build"))
 TARGET = Target(os.environ.get("WINO_LEAN_TARGET", "cuda"))  # c: a host smoke run
@@ -59,12 +60,46 @@ def layers() -> list[Problem]:
     return out[:LIMIT]
 
 
+def _first_fit(specs, problem: Problem, **kw):
+    for spec in specs:
+        try:
+            stage_launch(spec, replace(problem, N=1), **kw)
+        except Refused:
+            continue
+        return spec
+    raise LookupError(f"nothing fits {problem.label()}")
+
+
+def old_pick(problem: Problem, new: dict) -> dict:
+    """The default pick before this work: K2 by (vec descending, register path, fused / split /
+    none, block 256 / 512 / 1024) without the streamed transform, K4 with M in fp32."""
+    tile, k2 = new[Stage.INPUT].tile, new[Stage.INPUT]
+    rank = {Prescale.FUSED: 0, Prescale.SPLIT: 1, Prescale.NONE: 2}
+    held = [
+        s
+        for s in candidates(Stage.INPUT, tile, problem.dtype, k2.xdtype)
+        if s.stream == 0 and s.path is K2Path.REGISTER and s.block >= 256
+    ]
+    held.sort(key=lambda s: (-s.vec, rank[s.prescale], s.block))
+    old = {Stage.FILTER: new[Stage.FILTER]}
+    old[Stage.INPUT] = _first_fit(held, problem)
+    if old[Stage.INPUT].prescale is Prescale.SPLIT:
+        k2a = candidates(Stage.PRESCALE, tile, problem.dtype, k2.xdtype)
+        old[Stage.PRESCALE] = _first_fit(k2a, problem)
+    k4s = [
+        s
+        for s in candidates(Stage.OUTPUT, tile, problem.dtype, k2.xdtype)
+        if s.accdtype is DType.FP32 and s.block == 256
+    ]
+    old[Stage.OUTPUT] = _first_fit(k4s, problem)
+    return old
+
+
 def variants(problem: Problem) -> dict[str, dict]:
-    """old: the same pick with M stored in fp32; new: the default pick."""
+    """old: the pick before this work (held-window K2 at block >= 256, M in fp32); new: the
+    default pick."""
     new = default_stage_specs(problem, default_tile(problem))
-    old = dict(new)
-    old[Stage.OUTPUT] = replace(new[Stage.OUTPUT], accdtype=DType.FP32)
-    return {"old": old, "new": new}
+    return {"old": old_pick(problem, new), "new": new}
 
 
 def k2_candidates(problem: Problem):
@@ -80,7 +115,7 @@ def build() -> None:
         for v in variants(p).values():
             specs |= set(v.values())
         by = k2_candidates(p)
-        specs |= set(by[Stage.INPUT]) | set(by[Stage.PRESCALE])
+        specs |= set(by[Stage.INPUT]) | set(by[Stage.PRESCALE]) | set(by[Stage.OUTPUT])
     result = builder.build(
         sorted(specs, key=lambda s: s.name), [TARGET], root=ROOT, jobs=os.cpu_count()
     )
@@ -170,7 +205,18 @@ def _geomeans(ratios) -> None:
         )
 
 
-def k2() -> None:
+def _time_candidate(prober: Prober, base: dict, stage: Stage, spec, k2a) -> tuple[float, int]:
+    specs = {k: v for k, v in base.items() if k is not Stage.PRESCALE}
+    specs[stage] = spec
+    k2 = specs[Stage.INPUT]
+    if k2.prescale is Prescale.SPLIT:
+        specs[Stage.PRESCALE] = k2a
+    plan = prober.plan(specs)
+    return prober.time_stage(plan, stage, final=True), stage_bytes(plan)[stage]
+
+
+def stage_candidates() -> None:
+    """Every K2 and K4 candidate of each layer (the default xdtype), timed alone."""
     device = open_device(TARGET, ROOT)
     copy = device.copy_gbs()
     print(f"copy bandwidth {copy:.0f} GB/s")
@@ -179,24 +225,19 @@ def k2() -> None:
         prober = Prober(device, p, operands, ROOT)
         base = variants(p)["new"]
         by = k2_candidates(p)
-        for spec in by[Stage.INPUT]:
-            specs = dict(base)
-            specs[Stage.INPUT] = spec
-            specs.pop(Stage.PRESCALE, None)
-            if spec.prescale.value == "split":
-                specs[Stage.PRESCALE] = by[Stage.PRESCALE][0]
-            try:
-                plan = prober.plan(specs)
-            except (Refused, KeyError) as err:
-                print(f"{_label(p)} {p.dtype.short} {spec.name}: {err}")
-                continue
-            us = prober.time_stage(plan, Stage.INPUT, final=True)
-            moved = stage_bytes(plan)[Stage.INPUT]
-            gbs = bandwidth_gbs(moved, us)
-            print(
-                f"K2 {_label(p)} | {p.dtype.short} | {spec.name} | {us:.1f} us | "
-                f"{gbs:.0f} GB/s | {100 * gbs / copy:.0f}% copy"
-            )
+        k2a = by[Stage.PRESCALE][0] if by[Stage.PRESCALE] else None
+        for stage in (Stage.INPUT, Stage.OUTPUT):
+            for spec in by[stage]:
+                try:
+                    us, moved = _time_candidate(prober, base, stage, spec, k2a)
+                except (Refused, KeyError) as err:
+                    print(f"{_label(p)} {p.dtype.short} {spec.name}: {err}")
+                    continue
+                gbs = bandwidth_gbs(moved, us)
+                print(
+                    f"{stage.short} {_label(p)} | {p.dtype.short} | {spec.name} | {us:.1f} us | "
+                    f"{gbs:.0f} GB/s | {100 * gbs / copy:.0f}% copy"
+                )
         prober.release()
 
 
@@ -225,15 +266,15 @@ def once(case: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("build", "table", "k2", "once"))
+    parser.add_argument("mode", choices=("build", "table", "stages", "once"))
     parser.add_argument("case", nargs="?", default="")
     args = parser.parse_args()
     if args.mode == "build":
         build()
     elif args.mode == "table":
         return table()
-    elif args.mode == "k2":
-        k2()
+    elif args.mode == "stages":
+        stage_candidates()
     else:
         once(args.case)
     return 0

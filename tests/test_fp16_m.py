@@ -94,6 +94,14 @@ def test_fp16_m_limits_per_tile():
 
 
 @pytest.mark.parametrize("tile", TILES, ids=str)
+def test_few_channels_keep_fp32_m(tile):
+    """Below C/G 16 an output sums too few products for fp16 M's rounding to average out."""
+    assert default_stage_specs(_problem(16, "fp16"), tile)[Stage.OUTPUT].accdtype is DType.FP16
+    assert default_stage_specs(_problem(12, "fp16"), tile)[Stage.OUTPUT].accdtype is DType.FP32
+    assert default_stage_specs(_problem(3, "bf16"), tile)[Stage.OUTPUT].accdtype is DType.FP32
+
+
+@pytest.mark.parametrize("tile", TILES, ids=str)
 def test_fp32_io_and_unscaled_storage_keep_fp32_m(tile):
     assert default_stage_specs(_problem(64, "fp32"), tile)[Stage.OUTPUT].accdtype is DType.FP32
     specs = default_stage_specs(_problem(64, "bf16"), tile, xdtype=DType.BF16)

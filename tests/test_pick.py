@@ -35,7 +35,8 @@ def declared_order(monkeypatch):
 
 def test_the_declared_order_decides(declared_order):
     k2 = pick.default_stage_specs(PROBLEM, Tile(4, 4))[Stage.INPUT]
-    assert (k2.block, k2.prescale) == (256, Prescale.FUSED)  # the smallest fused block first
+    # the streamed transform, then the smallest fused block that holds the lanes first
+    assert (k2.stream, k2.block, k2.prescale) == (1, 64, Prescale.FUSED)
     declared_order(
         "k2",
         [{"vec": "ascending"}, {"path": ["reg"]}, {"prescale": ["split"]}, {"block": "descending"}],
@@ -62,8 +63,14 @@ def test_every_candidate_is_in_the_grid_and_the_order_is_total():
             ranked = pick.candidates(stage, tile, DType.FP16, DType.FP16)
             assert ranked, (stage, tile)
             assert len({s.name for s in ranked}) == len(ranked)
-            # vec is the first axis everywhere but K4, where the M dtype (fp16 first) leads
-            keys = [(getattr(s, "accdtype", DType.FP16) is not DType.FP16, -s.vec) for s in ranked]
+            # vec is the first axis everywhere but K4, where the M dtype (fp16 first) leads,
+            # and K2, where the streamed transform does
+            keys = [
+                (-s.stream, -s.vec)
+                if stage is Stage.INPUT
+                else (getattr(s, "accdtype", DType.FP16) is not DType.FP16, -s.vec)
+                for s in ranked
+            ]
             assert keys == sorted(keys)
 
 

@@ -132,6 +132,26 @@ SPEC_BREAKERS = {
         "needs 696320 bytes of shared memory",
     ),
     "fused_stages_unsupported": (RtFusedSpec(stages=3), "pipeline stages 3"),
+    "stream_not_a_flag": (
+        RtInputSpec(vec=4, block=64, extra={"stream": 2}),
+        "stream 2: K2's transform either holds the window (0)",
+    ),
+    "streamed_registers": (
+        RtInputSpec(vec=8, block=64, extra={"stream": 1}),
+        "F4x4 at vec 8 streamed",
+    ),
+    "stream_needs_register_path": (
+        RtInputSpec(
+            vec=4,
+            block=64,
+            path="lds",
+            lds_lanes=16,
+            lds_width=4,
+            prescale="split",
+            extra={"stream": 1},
+        ),
+        "stream 1 with path lds",
+    ),
     "m_dtype_unsupported": (
         RtOutputSpec(io="fp32", accdtype="fp16"),
         "M stored in fp16 with io fp32 is not supported",
@@ -172,6 +192,9 @@ SPEC_REPAIRS = {
     "fused_shared_memory": dict(cchunk=16),
     "fused_stages_unsupported": dict(stages=1),
     "m_dtype_unsupported": dict(accdtype="fp32"),
+    "stream_not_a_flag": dict(extra={"stream": 1}),
+    "streamed_registers": dict(vec=4),
+    "stream_needs_register_path": dict(extra={}),
 }
 
 #: problem rule id -> (a problem that breaks it, a fragment of the message)
@@ -220,6 +243,11 @@ FIT_BREAKERS = {
         RtOutputSpec(accdtype="fp16"),
         Problem(**{**_FIT, "C": 656, "K": 8}),
         "F4x4 M stored in fp16 with C/G = 656 (tile scales: 1)",
+    ),
+    "fp16_m_few_channels": (
+        RtOutputSpec(accdtype="fp16"),
+        Problem(**{**_FIT, "C": 3}),
+        "M stored in fp16 with C/G = 3 < 16",
     ),
     "fused_lanes_exceed_block": (
         RtInputSpec(vec=2, block=256),
