@@ -18,7 +18,7 @@ from wino.vocab import TILES, VECS, DType, K2Path, Prescale, Stage, Tile
 
 STAGES = grid.GRID_STAGES
 DTYPES = (DType.FP16, DType.BF16, DType.FP32)
-FUSED_BLOCKS = (256, 512, 1024)
+FUSED_BLOCKS = (64, 128, 256, 512, 1024)
 
 
 def test_grid_size_and_coverage():
@@ -217,7 +217,8 @@ def test_default_pick_is_narrowed(tile, dtype):
 @pytest.mark.parametrize("tile", TILES, ids=str)
 def test_default_pick_fused_for_narrow_and_split_for_wide_c(tile):
     narrow = default_stage_specs(_problem(64), tile)[Stage.INPUT]
-    assert (narrow.prescale, narrow.block) == (Prescale.FUSED, 256)
+    lanes = 64 // narrow.vec  # the smallest block that holds them (64 at least)
+    assert (narrow.prescale, narrow.block) == (Prescale.FUSED, max(64, lanes))
     wide = default_stage_specs(_problem(16384), tile)  # past 1024 lanes at any vec
     assert wide[Stage.INPUT].prescale is Prescale.SPLIT and Stage.PRESCALE in wide
 

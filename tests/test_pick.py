@@ -35,8 +35,8 @@ def declared_order(monkeypatch):
 
 def test_the_declared_order_decides(declared_order):
     k2 = pick.default_stage_specs(PROBLEM, Tile(4, 4))[Stage.INPUT]
-    # the streamed transform, then the smallest fused block that holds the lanes first
-    assert (k2.stream, k2.block, k2.prescale) == (1, 64, Prescale.FUSED)
+    # the smallest fused block that holds the lanes first
+    assert (k2.block, k2.prescale) == (64, Prescale.FUSED)
     declared_order(
         "k2",
         [{"vec": "ascending"}, {"path": ["reg"]}, {"prescale": ["split"]}, {"block": "descending"}],
@@ -63,12 +63,13 @@ def test_every_candidate_is_in_the_grid_and_the_order_is_total():
             ranked = pick.candidates(stage, tile, DType.FP16, DType.FP16)
             assert ranked, (stage, tile)
             assert len({s.name for s in ranked}) == len(ranked)
-            # vec is the first axis everywhere but K4, where the M dtype (fp16 first) leads,
-            # and K2, where the streamed transform does
+            # vec is the first axis everywhere but K4, where the M dtype (fp16 first) and then
+            # vec 2, 4, 8, 1 lead
+            order = [2, 4, 8, 1]
             keys = [
-                (-s.stream, -s.vec)
-                if stage is Stage.INPUT
-                else (getattr(s, "accdtype", DType.FP16) is not DType.FP16, -s.vec)
+                (s.accdtype is not DType.FP16, order.index(s.vec))
+                if stage is Stage.OUTPUT
+                else -s.vec
                 for s in ranked
             ]
             assert keys == sorted(keys)
