@@ -172,7 +172,8 @@ def _assert_narrowed(problem: Problem, tile, picks) -> None:
     if problem.dtype is DType.FP32:
         assert k2.prescale is Prescale.NONE and k2.xdtype is DType.FP32
     elif k2.prescale is Prescale.FUSED:
-        assert lanes <= k2.block == min(b for b in FUSED_BLOCKS if b >= lanes)
+        held = [b for b in FUSED_BLOCKS if b >= lanes and grid.in_grid(replace(k2, block=b))]
+        assert lanes <= k2.block == min(held)  # the smallest the grid holds (exclude: F6x4)
         assert lanes <= 1024 and not (tile.bins > 36 and lanes > 512)
     else:
         assert k2.prescale is Prescale.SPLIT
