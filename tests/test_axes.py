@@ -76,8 +76,10 @@ def _project(root: Path) -> None:
     stages.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     k4 = root / "templates" / "k4_output.j2"
     text = k4.read_text(encoding="utf-8")
-    assert text.count("* kinv[v];") == 1
-    k4.write_text(text.replace("* kinv[v];", "* kinv[v] * (float)wino_out_scale;"), "utf-8")
+    store = '* kinv[v]", "v")'  # the value K4's epilogue macro wraps at the y store
+    assert text.count(store) == 1
+    scaled = store.replace("kinv[v]", "kinv[v] * (float)wino_out_scale")
+    k4.write_text(text.replace(store, scaled), "utf-8")
 
 
 def test_a_yaml_axis_builds_and_runs(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from wino.builder import golden
 from wino.grid import GRID_STAGES, in_grid
 from wino.specs import RtInputSpec
-from wino.vocab import DType, K2Path, Prescale, Target
+from wino.vocab import DType, Epilogue, K2Path, Prescale, Stage, Target
 
 HOW = "re-record with `doit golden_record` if the change is intended, and say so in the commit"
 
@@ -27,6 +27,10 @@ def test_shard_is_representative():
     assert {s.prescale for s in k2} == set(Prescale)
     assert {s.io for s in specs} == set(DType)
     assert len({s.tile for s in specs}) >= 4
+    last = [s for s in specs if s.stage in (Stage.OUTPUT, Stage.FUSED)]  # with and without
+    assert {(s.stage, s.epilogue is Epilogue.NONE) for s in last} == {
+        (stage, plain) for stage in (Stage.OUTPUT, Stage.FUSED) for plain in (True, False)
+    }
     assert any(k.baked for k in golden.SHARD)
     assert len({k.label for k in golden.SHARD}) == len(golden.SHARD)
     assert all(in_grid(k.spec) for k in golden.SHARD), "shard specs should be grid kernels"

@@ -27,9 +27,10 @@ from wino.runtime.arrays import numpy_dtype
 from wino.runtime.plan import _pick_algorithm
 from wino.runtime.verify import bound_for
 from wino.specs import RtFusedSpec
-from wino.vocab import DType, Prescale, Stage, Tile
+from wino.vocab import DType, Epilogue, Prescale, Stage, Tile
 
-FUSED = grid.aot_stage_specs(Stage.FUSED)
+#: The epilogue-free KF specs (the epilogue variants: tests/test_epilogue.py).
+FUSED = tuple(s for s in grid.aot_stage_specs(Stage.FUSED) if s.epilogue is Epilogue.NONE)
 
 
 def _pipeline(spec: RtFusedSpec, problem: Problem) -> dict[Stage, object]:

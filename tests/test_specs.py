@@ -126,6 +126,7 @@ _DOMAINS = {
     "cchunk": [16, 32],
     "warps": [4, 8],
     "stages": [1, 2],
+    "epilogue": ["none", "bias", "relu", "bias_relu"],
     "extra": [()],  # YAML-declared axes: none in the repo's grid (tests/test_axes.py adds one)
 }
 

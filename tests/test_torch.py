@@ -21,7 +21,7 @@ from wino.pick import default_stage_specs  # noqa: E402
 from wino.problem import Problem  # noqa: E402
 from wino.runtime import conv2d_reference, dispatch, relative_error  # noqa: E402
 from wino.runtime.plan import Plan, default_tile  # noqa: E402
-from wino.vocab import DType  # noqa: E402
+from wino.vocab import DType, Epilogue  # noqa: E402
 
 #: (in, out, H, W, padding, dilation, groups, bias) of the layers the tests run.
 LAYERS = [
@@ -49,7 +49,8 @@ def root(tmp_path_factory):
     problems += [_problem(LAYERS[0], dtype) for dtype in (DType.FP16, DType.BF16)]
     specs = set()
     for p in problems:
-        specs.update(default_stage_specs(p, default_tile(p)).values())
+        for epilogue in (Epilogue.NONE, Epilogue.BIAS):  # a layer with a bias: the epilogue
+            specs.update(default_stage_specs(p, default_tile(p), epilogue=epilogue).values())
     folder = tmp_path_factory.mktemp("torch-cache")
     host_cache.build(specs, folder)
     with pytest.MonkeyPatch.context() as mp:
@@ -141,6 +142,26 @@ def test_module_runs_wino_in_inference_and_torch_otherwise(root):
         assert torch.equal(module(x), expect)  # training mode: torch
 
 
+def test_module_bias_goes_through_the_epilogue(root, monkeypatch):
+    """Conv2d(bias=True) hands its bias to the kernel's epilogue (no add after the kernel)."""
+    layer = LAYERS[0]
+    conv, x = _conv(layer), _input(layer)
+    runs = []
+    real = Plan.run
+
+    def spying(self, *args, **kwargs):
+        runs.append((self.epilogue, kwargs.get("bias")))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Plan, "run", spying)
+    monkeypatch.setattr(torch.Tensor, "add_", lambda *a, **k: pytest.fail("bias added after"))
+    with torch.inference_mode():
+        y = wt.Conv2d.from_conv(conv)(x)
+    ((epilogue, bias),) = runs
+    assert epilogue is Epilogue.BIAS and torch.equal(bias, conv.bias)
+    assert _error(y, _reference(x, conv)) <= _bound(layer, DType.FP32)
+
+
 def test_module_constructor_refuses_with_the_rule():
     with pytest.raises(wt_refused(), match="stride_not_1"):
         wt.Conv2d(8, 8, 3, stride=2)
@@ -208,7 +229,8 @@ def net_cache(root):
     body = Problem(N=N, C=16, H=10, W=10, K=16, pad_h=2, pad_w=0, dil_h=2, groups=4)
     specs = set()
     for p in (stem, body):
-        specs.update(default_stage_specs(p, default_tile(p)).values())
+        for epilogue in (Epilogue.NONE, Epilogue.BIAS):
+            specs.update(default_stage_specs(p, default_tile(p), epilogue=epilogue).values())
     host_cache.build(specs, root)
     return root
 

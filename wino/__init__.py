@@ -11,12 +11,14 @@ from .pick import default_stage_specs
 from .problem import Problem
 from .refusals import Refused
 from .specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec, kernel_name
-from .vocab import TILES, DType, K2Path, Prescale, Stage, Target, Tile
+from .vocab import TILES, Activation, DType, Epilogue, K2Path, Prescale, Stage, Target, Tile
 
 __all__ = [
     "FORMAT",
     "TILES",
+    "Activation",
     "DType",
+    "Epilogue",
     "K2Path",
     "Launch",
     "Prescale",

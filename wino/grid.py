@@ -51,6 +51,39 @@ def _excluded(stage: str, fields: dict[str, Any], exclusions: list[dict]) -> Ref
     return None
 
 
+def _admit(spec: StageSpec, subgrid: str, accepted: dict, refused: dict, data: dict) -> None:
+    """File ``spec`` under accepted or refused (with its reason); a seen name is skipped."""
+    name = spec.name
+    if name in accepted or name in refused:
+        return
+    why = _excluded(spec.stage.short, spec.fields_dict(), data.get("exclude", []))
+    why = why or spec_refusal(spec)
+    if why is None:
+        accepted[name] = spec
+    else:
+        refused[name] = RefusedSpec(spec, subgrid, why)
+
+
+def _epilogue_variants(stage: Stage, specs: tuple[StageSpec, ...], variants: dict | None):
+    """The ``epilogues`` section's variants of one stage: each accepted spec whose fields
+    match ``where`` again with each of ``values`` as its epilogue."""
+    if not variants:
+        return
+    where = variants["where"]
+    for spec in specs:
+        fields = spec.fields_dict()
+        unknown = sorted(set(where) - set(fields))
+        if unknown:
+            raise config.ConfigError(
+                f"grids/stages.yaml: epilogues.{stage.short}.where: {unknown} are not "
+                f"{stage.short} spec fields; known: {sorted(fields)}"
+            )
+        if fields.get("epilogue") != "none" or any(fields[k] not in v for k, v in where.items()):
+            continue
+        for value in variants["values"]:
+            yield spec.replace(epilogue=value)
+
+
 @lru_cache(maxsize=1)
 def expand() -> tuple[dict[Stage, tuple[StageSpec, ...]], tuple[RefusedSpec, ...]]:
     """Expand the declared grid once: accepted specs per stage (in declaration order,
@@ -74,15 +107,10 @@ def expand() -> tuple[dict[Stage, tuple[StageSpec, ...]], tuple[RefusedSpec, ...
                     raise config.ConfigError(
                         f"grids/stages.yaml: stages.{stage.short}[{subgrid['name']}]: {err}"
                     ) from None
-                name = spec.name
-                if name in accepted[stage] or name in refused:
-                    continue
-                why = _excluded(stage.short, spec.fields_dict(), data.get("exclude", []))
-                why = why or spec_refusal(spec)
-                if why is None:
-                    accepted[stage][name] = spec
-                else:
-                    refused[name] = RefusedSpec(spec, subgrid["name"], why)
+                _admit(spec, subgrid["name"], accepted[stage], refused, data)
+        variants = data.get("epilogues", {}).get(stage.short)
+        for spec in _epilogue_variants(stage, tuple(accepted[stage].values()), variants):
+            _admit(spec, f"epilogues.{stage.short}", accepted[stage], refused, data)
     frozen = {stage: tuple(specs.values()) for stage, specs in accepted.items()}
     if not any(frozen.values()):
         raise config.ConfigError(

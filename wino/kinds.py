@@ -51,7 +51,7 @@ class Access(enum.Enum):
 class Role(enum.Enum):
     """Who owns a buffer: the caller's operands and result, or the plan's workspace."""
 
-    OPERAND = "operand"  # x or w
+    OPERAND = "operand"  # x, w or bias
     RESULT = "result"  # y
     WORKSPACE = "workspace"  # U, fs, V, ts, M (wino.launch.workspace_layout)
 
@@ -171,6 +171,9 @@ _IO, _XD, _ACC, _F32 = "io", "xdtype", "accdtype", DType.FP32
 _R, _W, _RW = Access.READ, Access.WRITE, Access.READ_WRITE
 _OP, _RES, _WS = Role.OPERAND, Role.RESULT, Role.WORKSPACE
 _K2_BUFFERS = (Buffer("x", _OP, _IO, _R), Buffer("V", _WS, _XD, _W), Buffer("ts", _WS, _F32, _RW))
+#: The epilogue's per-channel bias [K], in the io dtype (nn.Conv2d's and cuDNN's bias dtype: the
+#: caller's array is bound as it is); null when the spec's epilogue adds none.
+_BIAS = Buffer("bias", _OP, _IO, _R)
 
 KINDS: tuple[StageKind, ...] = (
     StageKind(
@@ -232,6 +235,7 @@ KINDS: tuple[StageKind, ...] = (
             Buffer("M", _WS, _ACC, _R),
             Buffer("fs", _WS, _F32, _R),
             Buffer("ts", _WS, _F32, _R),
+            _BIAS,
             Buffer("y", _RES, _IO, _W),
         ),
         ("P", "K", "lanes", "Kg", "G", "total", "Ho", "Wo", "dil_h", "dil_w", *_TILE_DECODE)
@@ -249,6 +253,7 @@ KINDS: tuple[StageKind, ...] = (
             Buffer("U", _WS, "mdtype", _R),
             Buffer("fs", _WS, _F32, _R),
             Buffer("ts", _WS, _F32, _R),
+            _BIAS,
             Buffer("y", _RES, _IO, _W),
         ),
         ("P", "C", "K", "Cg", "Kg", "G", "KB", *_WINDOW, "Ho", "Wo", *_TILE_DECODE),

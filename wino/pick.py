@@ -23,7 +23,7 @@ from .launch import stage_launch
 from .problem import Problem
 from .refusals import Refused
 from .specs import StageSpec
-from .vocab import DType, Prescale, Stage, Tile, coerce
+from .vocab import DType, Epilogue, Prescale, Stage, Tile, coerce
 
 _DIRECTIONS = {"ascending": 1, "descending": -1}
 
@@ -54,16 +54,23 @@ def _rank(order: list[dict], values: dict) -> tuple | None:
 
 
 def _ranked(
-    specs: Iterable[StageSpec], stage: Stage, tile: Tile, io: DType, xdtype: DType
+    specs: Iterable[StageSpec],
+    stage: Stage,
+    tile: Tile,
+    io: DType,
+    xdtype: DType,
+    epilogue: Epilogue = Epilogue.NONE,
 ) -> tuple[StageSpec, ...]:
-    """The specs of one stage, tile and dtype pair that the declared order admits, best first;
-    ties keep the order of ``specs``."""
+    """The specs of one stage, tile and dtype pair (and, for K4 and KF, epilogue) that the
+    declared order admits, best first; ties keep the order of ``specs``."""
     order = config.declared("stages")["default_pick"][stage.short]
     ranked = []
     for spec in specs:
         if spec.stage is not stage or spec.tile != tile or spec.io is not io:
             continue
         if getattr(spec, "xdtype", xdtype) is not xdtype:
+            continue
+        if getattr(spec, "epilogue", epilogue) is not epilogue:
             continue
         values = {name: value for _, name, value in spec.axis_values()}  # axis defaults too
         key = _rank(order, {**values, **spec.fields_dict()})
@@ -74,10 +81,12 @@ def _ranked(
 
 
 @lru_cache(maxsize=256)
-def candidates(stage: Stage, tile: Tile, io: DType, xdtype: DType) -> tuple[StageSpec, ...]:
-    """The grid's specs of one stage, tile and dtype pair that the declared order admits, best
-    first (declaration order breaks ties)."""
-    return _ranked(grid.aot_stage_specs(stage), stage, tile, io, xdtype)
+def candidates(
+    stage: Stage, tile: Tile, io: DType, xdtype: DType, epilogue: Epilogue = Epilogue.NONE
+) -> tuple[StageSpec, ...]:
+    """The grid's specs of one stage, tile and dtype pair (and epilogue) that the declared
+    order admits, best first (declaration order breaks ties)."""
+    return _ranked(grid.aot_stage_specs(stage), stage, tile, io, xdtype, epilogue)
 
 
 class Ranking:
@@ -88,11 +97,28 @@ class Ranking:
         self._specs = tuple(sorted(specs, key=lambda spec: spec.name))
         self._memo: dict[tuple, tuple[StageSpec, ...]] = {}
 
-    def candidates(self, stage: Stage, tile: Tile, io: DType, xdtype: DType):
-        key = (stage, tile, io, xdtype)
+    def candidates(
+        self, stage: Stage, tile: Tile, io: DType, xdtype: DType, epilogue=Epilogue.NONE
+    ):
+        key = (stage, tile, io, xdtype, epilogue)
         if key not in self._memo:
-            self._memo[key] = _ranked(self._specs, stage, tile, io, xdtype)
+            self._memo[key] = _ranked(self._specs, stage, tile, io, xdtype, epilogue)
         return self._memo[key]
+
+
+def epilogue_refusal(stage: Stage, tile: Tile, io: DType, epilogue: Epilogue) -> Refused:
+    """The refusal of an epilogue the grid has no kernel of for this stage, tile and io,
+    naming the tiles that have it."""
+    tiles = sorted(
+        {s.tile.name for s in grid.aot_stage_specs(stage) if (s.io, s.epilogue) == (io, epilogue)}
+    )
+    return Refused(
+        "epilogue_not_in_grid",
+        f"the grid has no {stage.short} kernel with epilogue {epilogue.short} for tile "
+        f"{tile.name}, io {io.short}; {stage.short} tiles with it: {', '.join(tiles) or 'none'}. "
+        "Pass one of those tiles (or none: dispatch then takes one), apply the bias / "
+        "activation yourself, or add the tile to `epilogues` in grids/stages.yaml and rebuild",
+    )
 
 
 def _first_fit(
@@ -102,12 +128,16 @@ def _first_fit(
     xdtype: DType,
     problem: Problem,
     among,
+    epilogue: Epilogue = Epilogue.NONE,
     tile_scale: bool = True,
 ) -> StageSpec:
     """The first of ``among``'s specs that fits; ``tile_scale``: whether K2 writes tile scales
     (K4's fp16 M needs them: the fp16_m_range rule)."""
     reasons = []
-    for spec in among(stage, tile, io, xdtype):
+    ranked = among(stage, tile, io, xdtype, epilogue)
+    if not ranked and epilogue is not Epilogue.NONE and among is candidates:
+        raise epilogue_refusal(stage, tile, io, epilogue)
+    for spec in ranked:
         try:
             stage_launch(spec, problem, tile_scale=tile_scale)
         except Refused as refusal:
@@ -131,40 +161,71 @@ def default_stage_specs(
     dtype: DType | None = None,
     xdtype: DType | None = None,
     ranking: Ranking | None = None,
+    epilogue: Epilogue = Epilogue.NONE,
 ) -> dict[Stage, StageSpec]:
     """The default pick per stage for a problem (its channel extents decide, not the batch);
-    ``dtype`` overrides the problem's. Without ``ranking``: among the grid's specs, always
-    inside the grid, Refused when nothing fits. With ``ranking`` (a manifest's specs): among
+    ``dtype`` overrides the problem's; K4 with ``epilogue``. Without ``ranking``: among the
+    grid's specs, always inside the grid, Refused when nothing fits (``epilogue_not_in_grid``
+    when no K4 of the tile has the epilogue). With ``ranking`` (a manifest's specs): among
     those, and the grid's pick (which names what is missing) when none of them fits."""
     tile = coerce(Tile, tile, "tile")
     dtype = problem.dtype if dtype is None else coerce(DType, dtype, "dtype")
     xdtype = default_xdtype(dtype) if xdtype is None else coerce(DType, xdtype, "xdtype")
+    epilogue = coerce(Epilogue, epilogue, "epilogue")
     probe = replace(problem, N=1, dtype=dtype)
     if ranking is None:
-        return _pick(tile, dtype, xdtype, probe, candidates)
+        return _pick(tile, dtype, xdtype, probe, candidates, epilogue)
     try:
-        return _pick(tile, dtype, xdtype, probe, ranking.candidates)
+        return _pick(tile, dtype, xdtype, probe, ranking.candidates, epilogue)
     except _NoFit:
-        return _pick(tile, dtype, xdtype, probe, candidates)
+        return _pick(tile, dtype, xdtype, probe, candidates, epilogue)
 
 
-def _pick(tile: Tile, dtype: DType, xdtype: DType, probe: Problem, among):
+def _pick(tile: Tile, dtype: DType, xdtype: DType, probe: Problem, among, epilogue: Epilogue):
     k2 = _first_fit(Stage.INPUT, tile, dtype, xdtype, probe, among)
     stages = [Stage.FILTER, *([Stage.PRESCALE] if k2.prescale is Prescale.SPLIT else [])]
     picks = {stage: _first_fit(stage, tile, dtype, xdtype, probe, among) for stage in stages}
     picks[Stage.INPUT] = k2
     scaled = k2.prescale is not Prescale.NONE
-    picks[Stage.OUTPUT] = _first_fit(Stage.OUTPUT, tile, dtype, xdtype, probe, among, scaled)
+    picks[Stage.OUTPUT] = _first_fit(
+        Stage.OUTPUT, tile, dtype, xdtype, probe, among, epilogue, tile_scale=scaled
+    )
     return dict(sorted(picks.items(), key=lambda item: grid.GRID_STAGES.index(item[0])))
 
 
+def output_with_epilogue(
+    problem: Problem,
+    specs: dict[Stage, StageSpec],
+    epilogue: Epilogue,
+    ranking: Ranking | None = None,
+) -> dict[Stage, StageSpec]:
+    """Unfused specs (a tuning DB's) with K4 swapped for its ``epilogue`` variant: the same
+    spec with that epilogue where ``ranking`` (else the grid) holds it, else the first fit of
+    the declared order; Refused (``epilogue_not_in_grid``) when the grid has none."""
+    k4 = specs[Stage.OUTPUT]
+    wanted = k4.replace(epilogue=epilogue)
+    probe, fp32 = replace(problem, N=1), DType.FP32  # K4 has no xdtype: any passes
+    for among in ([ranking.candidates] if ranking else []) + [candidates]:
+        try:
+            if wanted not in among(Stage.OUTPUT, k4.tile, k4.io, fp32, epilogue):
+                wanted = _first_fit(Stage.OUTPUT, k4.tile, k4.io, fp32, probe, among, epilogue)
+        except _NoFit:
+            continue
+        return {**specs, Stage.OUTPUT: wanted}
+    raise AssertionError("unreachable: the grid's _first_fit raises Refused")
+
+
 def default_fused_specs(
-    problem: Problem, tile: Tile, dtype: DType | None = None, mdtype: DType | None = None
+    problem: Problem,
+    tile: Tile,
+    dtype: DType | None = None,
+    mdtype: DType | None = None,
+    epilogue: Epilogue = Epilogue.NONE,
 ) -> dict[Stage, StageSpec]:
     """The default fused2d_rt pick: K1 (U in the MMA dtype), K2a when the kernel reads tile
-    scales (fp16 MMA operands), and the first grid KF spec of the tile and dtypes that fits in
-    the declared order. MMA operands default to fp16 (for bf16 io too: about 8x more accurate
-    than bf16 operands, as K2's storage). Raises Refused when nothing fits."""
+    scales (fp16 MMA operands), and the first grid KF spec of the tile, dtypes and epilogue
+    that fits in the declared order. MMA operands default to fp16 (for bf16 io too: about 8x
+    more accurate than bf16 operands, as K2's storage). Raises Refused when nothing fits."""
     dtype = dtype or problem.dtype
     if dtype is DType.FP32:
         raise Refused(
@@ -173,6 +234,11 @@ def default_fused_specs(
             "kernel: use the unfused plan (algorithm='unfused')",
         )
     mdtype = mdtype or DType.FP16
+    epilogue = coerce(Epilogue, epilogue, "epilogue")
+    if candidates(Stage.FUSED, tile, dtype, mdtype) and not candidates(
+        Stage.FUSED, tile, dtype, mdtype, epilogue
+    ):
+        raise epilogue_refusal(Stage.FUSED, tile, dtype, epilogue)
     if not candidates(Stage.FUSED, tile, dtype, mdtype):
         tiles = sorted({s.tile.name for s in grid.aot_stage_specs(Stage.FUSED) if s.io is dtype})
         raise Refused(
@@ -183,7 +249,7 @@ def default_fused_specs(
             "add a kf sub-grid to grids/stages.yaml and rebuild",
         )
     probe = replace(problem, N=1, dtype=dtype)
-    kf = _first_fit(Stage.FUSED, tile, dtype, mdtype, probe, candidates)
+    kf = _first_fit(Stage.FUSED, tile, dtype, mdtype, probe, candidates, epilogue)
     picks = {Stage.FILTER: _first_fit(Stage.FILTER, tile, dtype, mdtype, probe, candidates)}
     if kf.prescale is Prescale.SPLIT:
         picks[Stage.PRESCALE] = _first_fit(Stage.PRESCALE, tile, dtype, mdtype, probe, candidates)

@@ -17,9 +17,15 @@ from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from . import axes
-from .vocab import VECS, DType, K2Path, Prescale, Stage, Tile, coerce
+from .vocab import VECS, DType, Epilogue, K2Path, Prescale, Stage, Tile, coerce
 
-_VOCAB = {"Tile": Tile, "DType": DType, "K2Path": K2Path, "Prescale": Prescale}
+_VOCAB = {
+    "Tile": Tile,
+    "DType": DType,
+    "K2Path": K2Path,
+    "Prescale": Prescale,
+    "Epilogue": Epilogue,
+}
 
 
 class _Spec:
@@ -151,15 +157,17 @@ class RtInputSpec(_Spec):
 
 @dataclass(frozen=True)
 class RtOutputSpec(_Spec):
-    """K4: y = At M A / (s_p * s_k), written masked to NHWK."""
+    """K4: y = act(At M A / (s_p * s_k) + bias[k]), written masked to NHWK; ``epilogue``
+    says which of bias and activation (none: the plain output transform)."""
 
     stage: ClassVar[Stage] = Stage.OUTPUT
-    name_format: ClassVar[str] = "{stage}_{tile}_i{io}_a{accdtype}_v{vec}_b{block}"
+    name_format: ClassVar[str] = "{stage}_{tile}_i{io}_a{accdtype}_v{vec}_b{block}{epilogue_tag}"
     tile: Tile = Tile(4, 4)
     io: DType = DType.FP16
     accdtype: DType = DType.FP32
     vec: int = 1
     block: int = 256
+    epilogue: Epilogue = Epilogue.NONE
     extra: tuple[tuple[str, int], ...] = ()  # YAML-declared axes (wino.axes)
 
 
@@ -169,12 +177,13 @@ class RtFusedSpec(_Spec):
     output channels of one group and loops over C/G in chunks of ``cchunk``: input windows ->
     input transform (fp32) -> ``mdtype`` operands in shared memory -> per bin an m16n8k16
     tensor-core MMA against the U chunk (fp32 accumulators) -> output transform -> y.
-    ``prescale`` split reads the tile scales K2a wrote; ``stages`` is the pipeline depth
-    (docs/FUSED.md)."""
+    ``prescale`` split reads the tile scales K2a wrote; ``stages`` is the pipeline depth;
+    ``epilogue`` the bias / activation applied before y's store (docs/FUSED.md)."""
 
     stage: ClassVar[Stage] = Stage.FUSED
     name_format: ClassVar[str] = (
         "{stage}_{tile}_i{io}_m{mdtype}_p{tiles}_k{kblock}_c{cchunk}_w{warps}_s{stages}_p{prescale}"
+        "{epilogue_tag}"
     )
     tile: Tile = Tile(4, 4)
     io: DType = DType.FP16
@@ -185,6 +194,7 @@ class RtFusedSpec(_Spec):
     warps: int = 8
     stages: int = 1
     prescale: Prescale = Prescale.SPLIT
+    epilogue: Epilogue = Epilogue.NONE
     extra: tuple[tuple[str, int], ...] = ()  # YAML-declared axes (wino.axes)
 
     @property
@@ -215,7 +225,11 @@ def kernel_name(spec: StageSpec) -> str:
     """The one naming function: the spec class's ``name_format`` over its fields' short forms."""
     values = {f.name: _short(getattr(spec, f.name)) for f in fields(spec)}  # type: ignore[arg-type]
     path_tag = getattr(spec, "path_tag", "")
-    name = spec.name_format.format(stage=spec.stage.short, path_tag=path_tag, **values)
+    epilogue_tag = getattr(spec, "epilogue", Epilogue.NONE).tag  # "" for none: names kept
+    values.pop("epilogue", None)
+    name = spec.name_format.format(
+        stage=spec.stage.short, path_tag=path_tag, epilogue_tag=epilogue_tag, **values
+    )
     declared = axes.of_stage(spec.stage.short)
     return name + "".join(f"_{declared[n].suffix.format(v)}" for n, v in spec.extra)
 

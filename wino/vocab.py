@@ -102,6 +102,49 @@ class Prescale(enum.Enum):
         return self.value
 
 
+class Activation(enum.Enum):
+    """The activation of an epilogue, applied in fp32 after the bias, before y's conversion."""
+
+    NONE = "none"
+    RELU = "relu"  # max(v, 0); NaN stays NaN (as torch.relu), -0.0 stays -0.0
+
+    @property
+    def short(self) -> str:
+        return self.value
+
+
+class Epilogue(enum.Enum):
+    """What K4 or KF applies to each output in fp32 before converting it to the io dtype:
+    y = act(conv + bias[k]). The bias is a [K] buffer of the io dtype (docs/RUNTIME.md)."""
+
+    NONE = "none"
+    BIAS = "bias"
+    RELU = "relu"
+    BIAS_RELU = "bias_relu"
+
+    @property
+    def short(self) -> str:
+        return self.value
+
+    @property
+    def tag(self) -> str:
+        """The kernel-name suffix ('' for none: epilogue-free kernels keep their names)."""
+        return "" if self is Epilogue.NONE else "_e" + self.value.replace("_", "")
+
+    @property
+    def bias(self) -> bool:
+        return self in (Epilogue.BIAS, Epilogue.BIAS_RELU)
+
+    @property
+    def activation(self) -> Activation:
+        return Activation.RELU if self in (Epilogue.RELU, Epilogue.BIAS_RELU) else Activation.NONE
+
+    @classmethod
+    def of(cls, bias: bool, activation: Activation) -> Epilogue:
+        """The epilogue adding a bias (or not) and applying ``activation``."""
+        return next(e for e in cls if e.bias == bias and e.activation is activation)
+
+
 @dataclass(frozen=True)
 class Tile:
     """An output tile F(mh x mw, 3x3): mh rows, mw columns of outputs per tile."""

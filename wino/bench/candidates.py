@@ -18,7 +18,7 @@ from ..pick import default_stage_specs, default_xdtype
 from ..problem import Problem
 from ..refusals import Refused
 from ..specs import StageSpec
-from ..vocab import DType, Prescale, Stage, Tile
+from ..vocab import DType, Epilogue, Prescale, Stage, Tile
 
 STAGES = (Stage.FILTER, Stage.PRESCALE, Stage.INPUT, Stage.OUTPUT)
 
@@ -79,6 +79,8 @@ def _grid(stage: Stage, problem: Problem, tile: Tile, names: set[str] | None):
     for spec in aot_stage_specs(stage):
         if spec.tile != tile or spec.io is not problem.dtype:
             continue
+        if getattr(spec, "epilogue", Epilogue.NONE) is not Epilogue.NONE:
+            continue  # the bench times the plain convolution
         if names is None or spec.name in names:
             yield spec
 

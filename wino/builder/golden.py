@@ -28,7 +28,7 @@ from ..specs import (
     RtPrescaleSpec,
     StageSpec,
 )
-from ..vocab import DType, K2Path, Prescale, Target, Tile
+from ..vocab import DType, Epilogue, K2Path, Prescale, Target, Tile
 from .cache_writer import sha256_text
 from .toolchains import KITS, Toolchain, compile_ir, resolve
 
@@ -63,13 +63,15 @@ SHARD: tuple[GoldenKernel, ...] = (
     GoldenKernel(RtInputSpec(Tile(4, 4), _BF16, _F16, 2, 256, _REG, 0, 0, Prescale.SPLIT)),
     GoldenKernel(RtInputSpec(Tile(4, 4), _F16, _F16, 4, 64, _LDS, 16, 4, Prescale.SPLIT)),
     GoldenKernel(RtInputSpec(Tile(2, 4), _F32, _F32, 4, 64, _LDS, 16, 4, Prescale.NONE)),
-    GoldenKernel(RtOutputSpec(Tile(4, 4), _F16, _F32, 8, 256)),
+    GoldenKernel(RtOutputSpec(Tile(4, 4), _F16, _F32, 8, 256, Epilogue.BIAS_RELU)),
     GoldenKernel(RtOutputSpec(Tile(6, 2), _BF16, _F32, 1, 256)),
     GoldenKernel(
         RtInputSpec(Tile(4, 4), _F16, _F16, 4, 256, _REG, 0, 0, Prescale.FUSED),
         baked=Problem(N=2, C=64, H=14, W=14, K=64, pad_h=1, pad_w=1, dtype=_F16),
     ),
-    GoldenKernel(RtFusedSpec(Tile(2, 2), _F16, _F16, 32, 32, 32, 8, 1, Prescale.SPLIT)),
+    GoldenKernel(
+        RtFusedSpec(Tile(2, 2), _F16, _F16, 32, 32, 32, 8, 1, Prescale.SPLIT, Epilogue.BIAS)
+    ),
     GoldenKernel(RtFusedSpec(Tile(4, 4), _BF16, _F16, 32, 16, 16, 8, 2, Prescale.SPLIT)),
     GoldenKernel(RtFusedSpec(Tile(4, 6), _BF16, _BF16, 16, 16, 16, 4, 1, Prescale.NONE)),
 )

@@ -17,7 +17,7 @@ from ..kinds import kind_of
 from ..launch import stage_launch
 from ..problem import Problem
 from ..specs import RtFusedSpec, StageSpec
-from ..vocab import K2Path, Prescale, Target
+from ..vocab import Activation, K2Path, Prescale, Target
 from .renderers import RENDERERS
 from .transforms import apply_2d, apply_2d_rows, tile_matrices
 
@@ -79,6 +79,7 @@ def render(spec: StageSpec, target: Target | str, baked: Problem | None = None) 
         axis_constants=spec.axis_values(),
         K2Path=K2Path,
         Prescale=Prescale,
+        Activation=Activation,
         tile=tile.name,
         mh=tile.mh,
         mw=tile.mw,

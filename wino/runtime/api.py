@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 
 from ..problem import Problem
-from ..vocab import Tile
+from ..vocab import Activation, Epilogue, Tile, coerce
 from .arrays import dtype_of, target_of
 from .plan import dispatch
 
@@ -119,16 +119,30 @@ def conv2d(
     groups: int = 1,
     tile: Tile | str | None = None,
     stride=1,
+    bias=None,
+    activation: Activation | str | None = None,
     **dispatch_options,
 ):
-    """y = conv2d(x, w) from the cache: numpy arrays on the host, CuPy arrays or torch CUDA
-    tensors on the GPU (no copies). Raises Refused (with its rule id) for problems wino does
-    not serve (stride != 1, filters other than 3x3...), ValueError for bad arguments."""
+    """y = act(conv2d(x, w) + bias) from the cache: numpy arrays on the host, CuPy arrays or
+    torch CUDA tensors on the GPU (no copies). ``bias``: [K], the dtype and device of x;
+    ``activation``: None, "relu" or an Activation. Both are the last kernel's epilogue, in
+    fp32 before y's conversion. Raises Refused (with its rule id) for problems wino does not
+    serve (stride != 1, filters other than 3x3, a tile without the epilogue...), ValueError
+    for bad arguments (before any kernel runs)."""
+    epilogue = _epilogue(bias, activation)
     key = _key(x, w, padding, dilation, groups, stride)
     problem = _PROBLEMS.get(key) if key is not None else None
     if problem is None:
         problem = problem_of(x, w, padding, dilation, groups, stride)
         if key is not None and len(_PROBLEMS) < 4096:
             _PROBLEMS[key] = problem
+    if epilogue is not Epilogue.NONE:
+        dispatch_options["epilogue"] = epilogue
     plan = dispatch(problem, target=target_of(x), tile=tile, **dispatch_options)
-    return plan.run(x, w)
+    return plan.run(x, w, bias=bias)
+
+
+def _epilogue(bias, activation) -> Epilogue:
+    """The epilogue of conv2d's bias and activation arguments."""
+    act = Activation.NONE if activation is None else coerce(Activation, activation, "activation")
+    return Epilogue.of(bias is not None, act)

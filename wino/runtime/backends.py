@@ -33,6 +33,37 @@ def check_operands(plan, x, w) -> None:
             raise ValueError(f"{label}: expected dtype {p.dtype.short}, got {array.dtype}")
 
 
+def check_bias(plan, bias) -> None:
+    """The bias against the plan's epilogue: required (shape [K], the problem's dtype) when
+    the epilogue adds one, refused when it does not (nothing runs on a bad one)."""
+    p, epilogue = plan.problem, plan.epilogue
+    if bias is None:
+        if epilogue.bias:
+            raise ValueError(
+                f"bias: this plan's epilogue {epilogue.short} adds a bias; pass bias= a [K] = "
+                f"[{p.K}] {p.dtype.short} array"
+            )
+        return
+    if not epilogue.bias:
+        raise ValueError(
+            f"bias: this plan's epilogue {epilogue.short} adds no bias; dispatch with "
+            "epilogue='bias' (or 'bias_relu'), or use wino.conv2d(x, w, bias=b)"
+        )
+    if tuple(getattr(bias, "shape", ())) != (p.K,):
+        raise ValueError(
+            f"bias: expected shape ({p.K},) (one value per output channel K), got "
+            f"{getattr(bias, 'shape', type(bias).__name__)}"
+        )
+    try:
+        dtype = dtype_of(bias)
+    except TypeError as err:
+        raise ValueError(f"bias: {err}") from None
+    if dtype is not p.dtype:
+        raise ValueError(
+            f"bias: expected dtype {p.dtype.short} (the io dtype of x, w and y), got {bias.dtype}"
+        )
+
+
 class Backend:
     """The run of a plan, written once; subclasses supply the primitives below it."""
 
@@ -150,20 +181,23 @@ class Backend:
         self.issue(prog.filter, pointers, ctx)
         return U, fs
 
-    def run(self, plan, x, w, y, workspace, U, stream=None):
+    def run(self, plan, x, w, y, workspace, U, stream=None, bias=None):
         """Every check first (nothing is written when one fails), then the prepared launches."""
         prog = self.program(plan)
         ctx = self.context(x, stream)
         check_operands(plan, x, w)
+        check_bias(plan, bias)
         if U is None and w is None:
             raise ValueError("run: pass the filter w, or U from plan.transform_filter(w)")
         xv = self.operand(x, plan.problem.dtype, "x", ctx)
         wv = self.operand(w, plan.problem.dtype, "w", ctx) if U is None else None
+        bv = None if bias is None else self.operand(bias, plan.problem.dtype, "bias", ctx)
         y, yv = self.output(plan, x, y, ctx)
         raw = self.raw_workspace(plan, workspace, ctx)
         base = self.pointer(raw)
         pointers = {Source.X: self.pointer(xv), Source.Y: self.pointer(yv), Source.WS: base}
         pointers[Source.NONE] = self.null
+        pointers[Source.BIAS] = self.null if bv is None else self.pointer(bv)
         if U is None:
             u = None  # in the workspace (prog.U)
             pointers[Source.U], pointers[Source.FS] = base + prog.U.offset, base + prog.fs.offset

@@ -33,23 +33,24 @@ def _required(y, workspace) -> None:
         raise ValueError("workspace: plan.graph needs a workspace of plan.workspace_bytes")
 
 
-def capture(plan, x, w, y, workspace, U) -> PlanGraph:
+def capture(plan, x, w, y, workspace, U, bias=None) -> PlanGraph:
     _required(y, workspace)
-    plan.run(x, w, y=y, workspace=workspace, U=U)  # eager first: module loads, handles, checks
+    # eager first: module loads, handles, checks
+    plan.run(x, w, y=y, workspace=workspace, U=U, bias=bias)
     if plan.target is not Target.CUDA:
-        return PlanGraph(plan, lambda stream: plan.run(x, w, y, workspace, U, stream))
+        return PlanGraph(plan, lambda stream: plan.run(x, w, y, workspace, U, stream, bias))
     if is_torch(x):
-        return _torch_graph(plan, x, w, y, workspace, U)
-    return _cupy_graph(plan, x, w, y, workspace, U)
+        return _torch_graph(plan, x, w, y, workspace, U, bias)
+    return _cupy_graph(plan, x, w, y, workspace, U, bias)
 
 
-def _torch_graph(plan, x, w, y, workspace, U) -> PlanGraph:
+def _torch_graph(plan, x, w, y, workspace, U, bias) -> PlanGraph:
     import torch
 
     torch.cuda.synchronize(x.device)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        plan.run(x, w, y=y, workspace=workspace, U=U)
+        plan.run(x, w, y=y, workspace=workspace, U=U, bias=bias)
 
     def replay(stream) -> None:
         if stream is None:
@@ -72,7 +73,7 @@ def _torch_stream(stream, device):
     return torch.cuda.ExternalStream(handle, device=device)
 
 
-def _cupy_graph(plan, x, w, y, workspace, U) -> PlanGraph:
+def _cupy_graph(plan, x, w, y, workspace, U, bias) -> PlanGraph:
     import cupy
 
     stream = cupy.cuda.Stream(non_blocking=True)
@@ -80,7 +81,7 @@ def _cupy_graph(plan, x, w, y, workspace, U) -> PlanGraph:
     with stream:
         stream.begin_capture()
         try:
-            plan.run(x, w, y=y, workspace=workspace, U=U, stream=stream)
+            plan.run(x, w, y=y, workspace=workspace, U=U, stream=stream, bias=bias)
         finally:
             graph = stream.end_capture()
 

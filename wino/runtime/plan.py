@@ -26,11 +26,16 @@ from ..launch import (
     workspace_bytes,
     workspace_layout,
 )
-from ..pick import Ranking, default_fused_specs, default_stage_specs
+from ..pick import (
+    Ranking,
+    default_fused_specs,
+    default_stage_specs,
+    output_with_epilogue,
+)
 from ..problem import Problem
 from ..refusals import Refused, check_problem
 from ..specs import RtInputSpec, StageSpec
-from ..vocab import DType, Prescale, Stage, Target, Tile, coerce
+from ..vocab import DType, Epilogue, Prescale, Stage, Target, Tile, coerce
 from . import aliasing, registry, tuning
 
 #: ``dispatch(algorithm=...)``: None (dispatch chooses), "unfused" (alias "winograd_aot", the
@@ -113,6 +118,11 @@ class Plan:
         return DType.FP32 if self.fused else self.specs[Stage.OUTPUT].accdtype
 
     @property
+    def epilogue(self) -> Epilogue:
+        """What the last kernel (K4 or KF) applies before y's store."""
+        return self.specs[Stage.FUSED if self.fused else Stage.OUTPUT].epilogue
+
+    @property
     def prescale(self) -> Prescale:
         return self.specs[Stage.FUSED if self.fused else Stage.INPUT].prescale
 
@@ -154,26 +164,28 @@ class Plan:
         """K1 alone: returns (U, fs) for this plan; pass it as ``U=`` to later runs."""
         return self.backend().transform_filter(self, w, workspace, stream)
 
-    def run(self, x, w=None, y=None, workspace=None, U=None, stream=None):
+    def run(self, x, w=None, y=None, workspace=None, U=None, stream=None, bias=None):
         """y = conv(x, w). ``U`` (from transform_filter) skips K1; ``workspace`` (bytes or an
         array of at least ``workspace_bytes``) and ``y`` may be passed in to avoid allocation.
+        ``bias`` ([K], the io dtype, on x's device): required when the plan's epilogue adds
+        one (``dispatch(..., epilogue=...)``), refused otherwise.
 
         On CUDA the launches (and the cuBLAS GEMM) go on ``stream``: a torch.cuda.Stream, a
         CuPy stream or a raw ``cudaStream_t`` int; None is the caller's current stream
         (PyTorch's for torch tensors, CuPy's for CuPy arrays). With ``y`` and ``workspace``
         given, a run allocates nothing, synchronizes nothing and reads nothing back, so CUDA
         graph capture (``torch.cuda.graph``, CuPy stream capture) records it."""
-        aliasing.check_output(y, x=x, w=w, U=U, workspace=workspace)
-        return self.backend().run(self, x, w, y, workspace, U, stream)
+        aliasing.check_output(y, x=x, w=w, U=U, workspace=workspace, bias=bias)
+        return self.backend().run(self, x, w, y, workspace, U, stream, bias)
 
-    def graph(self, x, w=None, y=None, workspace=None, U=None):
-        """Capture ``run(x, w or U, y, workspace)`` once (one eager run first: module loads,
-        cuBLAS handle) and return a ``PlanGraph`` whose ``replay()`` re-issues it on the same
-        arrays; fill x (and w) in place between replays. ``y`` and ``workspace`` are
-        required: a replay writes where the capture did."""
+    def graph(self, x, w=None, y=None, workspace=None, U=None, bias=None):
+        """Capture ``run(x, w or U, y, workspace, bias)`` once (one eager run first: module
+        loads, cuBLAS handle) and return a ``PlanGraph`` whose ``replay()`` re-issues it on the
+        same arrays; fill x (and w, bias) in place between replays. ``y`` and ``workspace``
+        are required: a replay writes where the capture did."""
         from .graphs import capture
 
-        return capture(self, x, w, y, workspace, U)
+        return capture(self, x, w, y, workspace, U, bias)
 
 
 def kernargs_text(kernargs: dict[str, int]) -> list[str]:
@@ -339,6 +351,7 @@ def dispatch(
     workspace_limit: int | None = None,
     cache_root: Path | None = None,
     specs: dict[Stage, StageSpec] | None = None,
+    epilogue: Epilogue | str = Epilogue.NONE,
 ) -> Plan:
     """Assemble the plan for ``problem`` from the cache (no compiler involved).
 
@@ -348,8 +361,12 @@ def dispatch(
     then reused; it looks at the files again (a few stat calls) once REVALIDATE_S has passed,
     after this process published a manifest or tuning DB, or after ``invalidate()``.
     ``algorithm``: None (dispatch chooses: unfused2d_rt until a measured crossover exists),
-    "unfused" or "fused" (docs/FUSED.md). Raises Refused (with the rule id) for problems wino
-    does not serve, KeyError naming a missing kernel and the command that builds it,
+    "unfused" or "fused" (docs/FUSED.md). ``epilogue`` (an Epilogue or its value: "bias",
+    "relu", "bias_relu"): the last kernel adds the bias and / or applies ReLU before y's
+    store (``plan.run(..., bias=)``); without a ``tile``, a tuning DB's tile that has no such
+    kernel gives way to the default tile. Raises Refused (with the rule id) for problems wino
+    does not serve (``epilogue_not_in_grid``: no kernel of the tile has the epilogue),
+    KeyError naming a missing kernel and the command that builds it,
     FileNotFoundError when no cache exists."""
     seen = None
     if target is None:  # resolved every call: whether CUDA is usable is not cached
@@ -357,12 +374,14 @@ def dispatch(
     if specs is None:
         env = os.environ.get("WINO_BUILD")
         seen = (problem, algorithm, target, tile, batch_split, workspace_limit, cache_root, env)
+        seen += (epilogue,)
         hit = _SEEN.get(seen)
         if hit is not None and time.monotonic() < hit[0] and hit[1] == cache.publications:
             return hit[2]
     publications = cache.publications
+    epilogue = coerce(Epilogue, epilogue, "epilogue")
     plan = _dispatch(
-        problem, algorithm, target, tile, batch_split, workspace_limit, cache_root, specs
+        problem, algorithm, target, tile, batch_split, workspace_limit, cache_root, specs, epilogue
     )
     if seen is not None:
         if len(_SEEN) >= PLAN_CACHE_SIZE:
@@ -371,9 +390,11 @@ def dispatch(
     return plan
 
 
-def _dispatch(problem, algorithm, target, tile, batch_split, workspace_limit, cache_root, specs):
+def _dispatch(
+    problem, algorithm, target, tile, batch_split, workspace_limit, cache_root, specs, epilogue
+):
     """``dispatch`` with the cache files looked at (the plan cache checked against them)."""
-    kind = (*_pick_algorithm(algorithm, specs), algorithm)  # (plan kind, why, as asked)
+    kind = (*_pick_algorithm(algorithm, specs), algorithm, epilogue)  # (kind, why, asked, epi)
     target = _pick_target(target)
     tile = coerce(Tile, tile, "tile") if tile is not None else None
     frozen = None if specs is None else tuple(sorted(specs.items(), key=lambda kv: kv[0].value))
@@ -396,6 +417,18 @@ def _dispatch(problem, algorithm, target, tile, batch_split, workspace_limit, ca
         _PLANS.pop(next(iter(_PLANS)))  # the oldest
     _PLANS[key] = (state, plan)
     return plan
+
+
+def _tuned_with_epilogue(problem, specs, epilogue, manifest, caller_tile):
+    """A tuning DB's unfused specs with K4 swapped for its epilogue variant (the tuned K4 with
+    the epilogue where the manifest holds it, else the first fit); None when the tuned tile
+    has no K4 with the epilogue and the caller left the tile to dispatch."""
+    try:
+        return output_with_epilogue(problem, specs, epilogue, _ranking(manifest))
+    except Refused:
+        if caller_tile is not None:
+            raise
+        return None
 
 
 #: Default-pick rankings by manifest: id -> (manifest, ranking of the kernels it holds).
@@ -426,8 +459,9 @@ def _assemble(
     manifest_at: tuple[Path, tuple[int, int, int], cache.CacheSource] | None,
     kind: tuple[str, str, str | None],
 ) -> Plan:
-    plan_kind, reason, algorithm = kind
+    plan_kind, reason, algorithm, epilogue = kind
     fused = plan_kind == "fused2d_rt"
+    caller_tile = tile
     if specs is not None:
         tile = _specs_tile(specs, tile)
     elif fused:
@@ -442,13 +476,26 @@ def _assemble(
     source = "caller"
     if specs is None and not fused:
         specs, source = tuning.lookup(problem, target, tile, cache_root), "tuning DB"
+        if specs is not None and epilogue is not Epilogue.NONE:
+            specs = _tuned_with_epilogue(problem, specs, epilogue, manifest, caller_tile)
+            if specs is None:  # the tuned tile has no such K4: the default tile's pick
+                tile = default_tile(problem)
+                check_problem(problem, tile)
     if specs is None:
         if fused:
-            specs = default_fused_specs(problem, tile)
+            specs = default_fused_specs(problem, tile, epilogue=epilogue)
         else:
-            specs = default_stage_specs(problem, tile, ranking=_ranking(manifest))
+            specs = default_stage_specs(
+                problem, tile, ranking=_ranking(manifest), epilogue=epilogue
+            )
         source = "default pick"
     specs = _ordered(specs)
+    last = specs[Stage.FUSED if Stage.FUSED in specs else Stage.OUTPUT]
+    if epilogue is not Epilogue.NONE and last.epilogue is not epilogue:
+        raise ValueError(
+            f"dispatch: epilogue={epilogue.value!r} but the caller's specs end in {last.name} "
+            f"(epilogue {last.epilogue.value}); pass specs whose last kernel has it, or no specs"
+        )
     if (Stage.FUSED in specs) != fused:
         raise ValueError(
             f"dispatch: algorithm={algorithm!r} asks for {plan_kind} but the specs "

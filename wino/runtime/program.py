@@ -26,6 +26,7 @@ class Source(enum.Enum):
     WS = "workspace"  # V, M, ts of a chunk
     U = "U"  # the transformed filter (caller's, or in the workspace)
     FS = "fs"  # the filter scales (likewise)
+    BIAS = "bias"  # the epilogue's bias [K] (null when the plan's epilogue adds none)
     NONE = "none"  # a buffer the plan does not have (ts without prescale): a null pointer
 
     #: Members are singletons compared by identity: hash them as objects (C), not by name
@@ -104,6 +105,8 @@ def _slot(name: str, buffers: dict[str, Buffer], x_at: int, y_at: int) -> Slot:
         return Slot(Source.W)
     if name in ("U", "fs"):
         return Slot(Source.U if name == "U" else Source.FS)
+    if name == "bias":
+        return Slot(Source.BIAS)
     if name not in buffers:
         return Slot(Source.NONE)
     return Slot(Source.WS, buffers[name].offset)

@@ -37,6 +37,15 @@ def conv2d_reference(
     return y
 
 
+def epilogue_reference(y: np.ndarray, bias=None, relu: bool = False) -> np.ndarray:
+    """The epilogue in float64 on a reference output [N][Ho][Wo][K]: y + bias[k], then
+    max(., 0) with NaN kept (as the kernels and torch.relu do)."""
+    y = np.asarray(y, dtype=np.float64)
+    if bias is not None:
+        y = y + np.asarray(bias, dtype=np.float64)
+    return np.where(y < 0, 0.0, y) if relu else y
+
+
 def relative_error(out, ref: np.ndarray) -> float:
     """max|out - ref| / max|ref| (inf when out has a NaN or ref is all zeros with out not)."""
     out = np.asarray(out, dtype=np.float64)

@@ -3,8 +3,10 @@ view of channels_last tensors, and a fake one (shapes and strides only) for torc
 
 The real implementation dispatches (plans are cached by wino.dispatch), transforms the filter
 once per weight version (the (U, fs) pair is kept on the weight tensor itself, so it lives and
-dies with it) and adds the bias with one in-place torch op (the kernels have no bias epilogue).
-A problem wino refuses (its rule id is logged once) runs torch's convolution instead.
+dies with it) and adds the bias in the last kernel's epilogue (fp32, before y's conversion).
+A tile whose kernels have no bias epilogue (``epilogue_not_in_grid``) runs without it and adds
+the bias with one in-place torch op. A problem wino refuses (its rule id is logged once) runs
+torch's convolution instead.
 """
 
 import logging
@@ -16,7 +18,7 @@ from ..problem import Problem
 from ..refusals import Refused
 from ..runtime.arrays import dtype_of
 from ..runtime.plan import dispatch
-from ..vocab import Stage, Target
+from ..vocab import Epilogue, Stage, Target
 
 log = logging.getLogger("wino.torch")
 
@@ -126,7 +128,7 @@ def conv2d(
     check(x, weight, bias, groups)
     try:
         problem = problem_of(x, weight, padding, dilation, groups)
-        plan = dispatch(problem, target=Target.CUDA if x.is_cuda else Target.C)
+        plan = _plan(problem, x, bias)
     except Refused as err:
         return _refused(x, weight, bias, padding, dilation, groups, err)
     y = torch.empty(
@@ -135,10 +137,31 @@ def conv2d(
         device=x.device,
         memory_format=torch.channels_last,
     )
-    plan.run(x.detach().permute(0, 2, 3, 1), U=filters(plan, weight), y=y.permute(0, 2, 3, 1))
-    if bias is not None:
+    fused_bias = bias.detach() if plan.epilogue.bias else None
+    plan.run(
+        x.detach().permute(0, 2, 3, 1),
+        U=filters(plan, weight),
+        y=y.permute(0, 2, 3, 1),
+        bias=fused_bias,
+    )
+    if bias is not None and fused_bias is None:
         y.add_(bias.view(1, -1, 1, 1))
     return y
+
+
+def _plan(problem: Problem, x: Tensor, bias: Tensor | None):
+    """The plan with the bias epilogue when there is a bias and the grid has it for the
+    problem's tile, else the plain plan (the bias is then added after it)."""
+    target = Target.CUDA if x.is_cuda else Target.C
+    if bias is not None:
+        try:
+            return dispatch(problem, target=target, epilogue=Epilogue.BIAS)
+        except Refused as err:
+            if err.rule != "epilogue_not_in_grid":
+                raise
+        except KeyError:  # a cache built without the epilogue kernels: the plain plan
+            pass
+    return dispatch(problem, target=target)
 
 
 @conv2d.register_fake
