@@ -197,21 +197,21 @@ def extent_cases() -> list[Case]:
 #: the register budget (grids/refusals.yaml fused_block_registers, fused_wide_tile), which
 #: only narrow vecs meet, so wide C mostly takes the split prescale (K2a).
 WIDE = [
-    # (C, tile, prescale, block, vec)
-    (256, "F4x4", "fused", 256, 4),
-    (256, "F2x2", "fused", 256, 8),
-    (256, "F6x6", "fused", 256, 2),
+    # (C, tile, prescale, block, vec): the smallest fused block (64 up) that holds the lanes
+    (256, "F4x4", "fused", 64, 4),
+    (256, "F2x2", "fused", 64, 8),
+    (256, "F6x6", "fused", 128, 2),
     (301, "F4x4", "fused", 512, 1),  # odd C: vec 1, 301 lanes
     (301, "F6x6", "fused", 512, 1),  # 64 bins x 512 = the budget exactly
     (515, "F2x2", "fused", 1024, 1),  # 515 lanes
-    (515, "F4x4", "split", 256, 1),  # 36 bins x 1024 past the budget
+    (515, "F4x4", "split", 64, 1),  # 36 bins x 1024 past the budget
     (1028, "F2x2", "fused", 512, 4),  # 257 lanes at vec 4
     (2048, "F2x2", "fused", 256, 8),  # 256 lanes at vec 8
-    (2048, "F4x4", "split", 256, 4),  # 512 lanes at vec 4 (vec 8 breaks the K2 window budget)
-    (2048, "F6x2", "split", 256, 4),
-    (4096, "F2x2", "split", 256, 8),
-    (4096, "F4x4", "split", 256, 4),
-    (4096, "F6x6", "split", 256, 2),
+    (2048, "F4x4", "split", 64, 4),  # 512 lanes at vec 4 (vec 8 breaks the K2 window budget)
+    (2048, "F6x2", "split", 64, 4),
+    (4096, "F2x2", "split", 64, 8),
+    (4096, "F4x4", "split", 64, 4),
+    (4096, "F6x6", "split", 64, 2),
 ]
 
 

@@ -71,7 +71,7 @@ def _project(root: Path) -> None:
         shutil.copytree(REPO / folder, root / folder)
     stages = root / "grids" / "stages.yaml"
     data = yaml.safe_load(stages.read_text(encoding="utf-8"))
-    data["axes"] = [AXIS]
+    data["axes"] = [*data.get("axes", []), AXIS]  # the repo's own (K2's stream) stay
     data["stages"]["k4"].append(SUBGRID)
     stages.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     k4 = root / "templates" / "k4_output.j2"
@@ -97,8 +97,8 @@ def test_a_yaml_axis_builds_and_runs(tmp_path):
     assert "axis ok k4_f2x2_ifp32_afp32_v1_b256_os3" in done.stdout
 
 
-def test_the_repo_declares_no_axis_and_specs_reject_unknown_ones():
-    assert axes.declared() == ()
+def test_the_repo_declares_only_k2_stream_and_specs_reject_unknown_ones():
+    assert [(a.name, a.stages, a.default) for a in axes.declared()] == [("stream", ("k2",), 0)]
     with pytest.raises(ValueError, match=r"unknown axis\(es\) \['out_scale'\]"):
         RtOutputSpec(extra={"out_scale": 3})
     with pytest.raises(ValueError, match="unknown field"):

@@ -125,6 +125,33 @@ def test_select_takes_the_fastest_of_each_stage():
     assert pick.plan == ("plan", (k1.name, k2.name, k4.name))
 
 
+class MDtypeProber(FakeProber):
+    """K3 costs what its M dtype (the probe's K4's accdtype) says."""
+
+    def __init__(self, times, gemm):
+        super().__init__(times)
+        self.gemm = gemm
+
+    def time(self, specs, stage):
+        if stage is Stage.GEMM:
+            self.asked.append((stage, {s.short: spec.name for s, spec in specs.items()}))
+            return self.gemm[specs[Stage.OUTPUT].accdtype]
+        return super().time(specs, stage)
+
+
+@pytest.mark.parametrize("fp16_gemm, expected", [(3.0, DType.FP16), (4.9, DType.FP32)])
+def test_k3_and_k4_are_chosen_together_per_m_dtype(fp16_gemm, expected):
+    """fp16 M's K4 alone is 0.5 slower here; it wins when its K3 saves more than that."""
+    family = _family(DType.FP16)
+    k4s = family.by_stage[Stage.OUTPUT]
+    assert {s.accdtype for s in k4s} == {DType.FP16, DType.FP32}
+    times = {s.name: 1.5 if s.accdtype is DType.FP16 else 1.0 for s in k4s}
+    prober = MDtypeProber(times, {DType.FP16: fp16_gemm, DType.FP32: 5.0})
+    pick = select(family, prober)
+    assert pick.specs[Stage.OUTPUT].accdtype is expected
+    assert pick.stage_us[Stage.GEMM] == prober.gemm[expected]
+
+
 def test_stages_are_chosen_in_pipeline_order():
     prober = FakeProber({})
     select(_family(DType.FP32), prober)

@@ -63,9 +63,11 @@ def _every_tile_specs():
 
 
 def _problem_for(spec) -> Problem:
+    # M in fp16 needs C/G >= 16 (the fp16_m_few_channels rule): C 48 over the 3 groups
+    wide = {"C": 48} if getattr(spec, "accdtype", None) is DType.FP16 else {}
     if getattr(spec, "vec", 8) == 1:
-        return _problem(spec.io, K=21)  # K/G = 7: only vec 1 fits
-    return _problem(spec.io)
+        return _problem(spec.io, K=21, **wide)  # K/G = 7: only vec 1 fits
+    return _problem(spec.io, **wide)
 
 
 def _plain(spec):

@@ -18,7 +18,7 @@ from wino.vocab import TILES, VECS, DType, K2Path, Prescale, Stage, Target, Tile
 
 STAGES = grid.GRID_STAGES
 DTYPES = (DType.FP16, DType.BF16, DType.FP32)
-FUSED_BLOCKS = (256, 512, 1024)
+FUSED_BLOCKS = (64, 128, 256, 512, 1024)
 
 
 def test_grid_size_and_coverage():
@@ -175,7 +175,8 @@ def _assert_narrowed(problem: Problem, tile, picks) -> None:
     if k2.prescale is Prescale.NONE:  # fp16 io stored in fp32 (the c target's pick)
         assert (problem.dtype, k2.xdtype) == (DType.FP16, DType.FP32)
     elif k2.prescale is Prescale.FUSED:
-        assert lanes <= k2.block == min(b for b in FUSED_BLOCKS if b >= lanes)
+        held = [b for b in FUSED_BLOCKS if b >= lanes and grid.in_grid(replace(k2, block=b))]
+        assert lanes <= k2.block == min(held)  # the smallest the grid holds (exclude: F6x4)
         assert lanes <= 1024 and not (tile.bins > 36 and lanes > 512)
     else:
         assert k2.prescale is Prescale.SPLIT
@@ -219,7 +220,8 @@ def test_default_pick_is_narrowed(tile, dtype, target):
 def test_default_pick_fused_for_narrow_and_split_for_wide_c(tile):
     """The GPUs' pick (fp16 storage for fp16 inputs; the c target stores fp32, unscaled)."""
     narrow = default_stage_specs(_problem(64), tile, target=Target.CUDA)[Stage.INPUT]
-    assert (narrow.prescale, narrow.block) == (Prescale.FUSED, 256)
+    lanes = 64 // narrow.vec  # the smallest block that holds them (64 at least)
+    assert (narrow.prescale, narrow.block) == (Prescale.FUSED, max(64, lanes))
     wide = default_stage_specs(_problem(16384), tile, target=Target.CUDA)  # past 1024 lanes
     assert wide[Stage.INPUT].prescale is Prescale.SPLIT and Stage.PRESCALE in wide
 

@@ -36,7 +36,8 @@ def declared_order(monkeypatch):
 
 def test_the_declared_order_decides(declared_order):
     k2 = pick.default_stage_specs(PROBLEM, Tile(4, 4), target=GPU)[Stage.INPUT]
-    assert (k2.block, k2.prescale) == (256, Prescale.FUSED)  # the smallest fused block first
+    # the smallest fused block that holds the lanes first
+    assert (k2.block, k2.prescale) == (64, Prescale.FUSED)
     declared_order(
         "k2",
         [{"vec": "ascending"}, {"path": ["reg"]}, {"prescale": ["split"]}, {"block": "descending"}],
@@ -50,7 +51,7 @@ def test_values_the_order_leaves_out_are_never_picked(declared_order):
     declared_order("k2", [{"vec": "descending"}, {"path": ["lds"]}])
     k2 = pick.default_stage_specs(PROBLEM, Tile(4, 4), DType.FP32)[Stage.INPUT]
     assert k2.path is K2Path.LDS
-    declared_order("k2", [{"vec": "descending"}, {"path": ["reg"]}, {"block": [64]}])
+    declared_order("k2", [{"vec": "descending"}, {"path": ["reg"]}, {"block": [32]}])
     with pytest.raises(pick.Refused) as refusal:
         pick.default_stage_specs(PROBLEM, Tile(4, 4), target=GPU)
     assert refusal.value.rule == "no_spec_in_grid"
@@ -63,8 +64,16 @@ def test_every_candidate_is_in_the_grid_and_the_order_is_total():
             ranked = pick.candidates(stage, tile, DType.FP16, DType.FP16)
             assert ranked, (stage, tile)
             assert len({s.name for s in ranked}) == len(ranked)
-            vecs = [s.vec for s in ranked]
-            assert vecs == sorted(vecs, reverse=True)  # vec is the first axis everywhere
+            # vec is the first axis everywhere but K4, where the M dtype (fp16 first) and then
+            # vec 2, 4, 8, 1 lead
+            order = [2, 4, 8, 1]
+            keys = [
+                (s.accdtype is not DType.FP16, order.index(s.vec))
+                if stage is Stage.OUTPUT
+                else -s.vec
+                for s in ranked
+            ]
+            assert keys == sorted(keys)
 
 
 def _sweep():

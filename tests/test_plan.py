@@ -96,7 +96,8 @@ def test_steps_are_the_specs_and_the_gemm(root, case):
         p.K // p.groups,
         p.C // p.groups,
     )
-    assert gemm.xdtype is specs[Stage.INPUT].xdtype and gemm.accdtype is DType.FP32
+    assert gemm.xdtype is specs[Stage.INPUT].xdtype
+    assert gemm.accdtype is specs[Stage.OUTPUT].accdtype  # M's storage is K4's input
     assert gemm.flops == 2 * gemm.batch * gemm.m * gemm.n * gemm.k
     assert plan.prescale is specs[Stage.INPUT].prescale
 
@@ -163,7 +164,7 @@ def test_workspace_bytes_is_the_sum_of_aligned_buffers(root, case):
         "U": tile.bins * p.K * p.Cg * x,
         "fs": p.K * 4,
         "V": tile.bins * p.groups * P * p.Cg * x,
-        "M": tile.bins * p.groups * P * p.Kg * 4,
+        "M": tile.bins * p.groups * P * p.Kg * plan.accdtype.itemsize,
     }
     if plan.prescale is not Prescale.NONE:
         sizes["ts"] = P * 4

@@ -128,6 +128,30 @@ SPEC_BREAKERS = {
         "needs 697216 bytes of shared memory",
     ),
     "fused_stages_unsupported": (RtFusedSpec(stages=3), "pipeline stages 3"),
+    "stream_not_a_flag": (
+        RtInputSpec(vec=4, block=64, extra={"stream": 2}),
+        "stream 2: K2's transform either holds the window (0)",
+    ),
+    "streamed_registers": (
+        RtInputSpec(vec=8, block=64, extra={"stream": 1}),
+        "F4x4 at vec 8 streamed",
+    ),
+    "stream_needs_register_path": (
+        RtInputSpec(
+            vec=4,
+            block=64,
+            path="lds",
+            lds_lanes=16,
+            lds_width=4,
+            prescale="split",
+            extra={"stream": 1},
+        ),
+        "stream 1 with path lds",
+    ),
+    "m_dtype_unsupported": (
+        RtOutputSpec(io="fp32", accdtype="fp16"),
+        "M stored in fp16 with io fp32 is not supported",
+    ),
 }
 
 #: spec rule id -> the change that repairs its breaking spec (and breaks nothing else)
@@ -162,6 +186,10 @@ SPEC_REPAIRS = {
     "fused_accumulators": dict(kblock=16),
     "fused_shared_memory": dict(cchunk=16),
     "fused_stages_unsupported": dict(stages=1),
+    "m_dtype_unsupported": dict(accdtype="fp32"),
+    "stream_not_a_flag": dict(extra={"stream": 1}),
+    "streamed_registers": dict(vec=4),
+    "stream_needs_register_path": dict(extra={}),
 }
 
 #: problem rule id -> (a problem that breaks it, a fragment of the message)
@@ -205,6 +233,16 @@ FIT_BREAKERS = {
         RtOutputSpec(vec=4),
         Problem(**{**_FIT, "K": 16, "groups": 8}),
         "vec 4 does not divide the output channels per group K/G = 2",
+    ),
+    "fp16_m_range": (
+        RtOutputSpec(accdtype="fp16"),
+        Problem(**{**_FIT, "C": 656, "K": 8}),
+        "F4x4 M stored in fp16 with C/G = 656 (tile scales: 1)",
+    ),
+    "fp16_m_few_channels": (
+        RtOutputSpec(accdtype="fp16"),
+        Problem(**{**_FIT, "C": 3}),
+        "M stored in fp16 with C/G = 3 < 16",
     ),
     "fused_lanes_exceed_block": (
         RtInputSpec(vec=2, block=256),
@@ -351,7 +389,15 @@ def test_every_rule_evaluates_and_formats(rule):
         namespaces = [spec_namespace(_STAGE_SPECS[stage]) for stage in rule.stages]
     if rule.scope is Scope.FIT:
         derived = dict(
-            lanes=4, total=8, slots=2, RW=1, CH=1, grid_y=1, max_elems_chunk=1, max_threads_chunk=1
+            lanes=4,
+            total=8,
+            slots=2,
+            RW=1,
+            CH=1,
+            grid_y=1,
+            max_elems_chunk=1,
+            max_threads_chunk=1,
+            tile_scale=1,
         )
         namespaces = [
             {**problem_namespace(problem, Tile(4, 4)), **ns, **derived} for ns in namespaces

@@ -58,6 +58,7 @@ def stage_launch(spec: StageSpec, problem: Problem, *, tile_scale: bool = True) 
     geometry, derived = kind.geometry(spec, problem, tg, lanes)
     derived.setdefault("grid_y", geometry[0][1])
     derived["lanes"] = lanes
+    derived["tile_scale"] = int(tile_scale)  # K4: M carries the tile scales (fp16_m_range)
     derived["max_elems_chunk"] = elems(problem, spec.tile)
     derived["max_threads_chunk"] = geometry[0][0] * geometry[1][0] * geometry[0][1]
     check_fit(spec, problem, derived)

@@ -79,11 +79,18 @@ def _ranked(
             continue
         if getattr(spec, "epilogue", epilogue) is not epilogue:
             continue
-        key = _rank(order, spec.fields_dict())
+        if _narrower(getattr(spec, "accdtype", xdtype), xdtype):
+            continue  # M no narrower than V: fp32 storage (the c target's) keeps fp32 M
+        values = {name: value for _, name, value in spec.axis_values()}  # axis defaults too
+        key = _rank(order, {**values, **spec.fields_dict()})
         if key is not None:
             ranked.append((key, spec))
     ranked.sort(key=lambda pair: pair[0])  # stable
     return tuple(spec for _, spec in ranked)
+
+
+def _narrower(dtype: DType, than: DType) -> bool:
+    return dtype.itemsize < than.itemsize
 
 
 @lru_cache(maxsize=256)
@@ -141,14 +148,17 @@ def _first_fit(
     problem: Problem,
     among,
     epilogue: Epilogue = Epilogue.NONE,
+    tile_scale: bool = True,
 ) -> StageSpec:
+    """The first of ``among``'s specs that fits; ``tile_scale``: whether K2 writes tile scales
+    (K4's fp16 M needs them: the fp16_m_range rule)."""
     reasons = []
     ranked = among(stage, tile, io, xdtype, epilogue)
     if not ranked and epilogue is not Epilogue.NONE and among is candidates:
         raise epilogue_refusal(stage, tile, io, epilogue)
     for spec in ranked:
         try:
-            stage_launch(spec, problem)
+            stage_launch(spec, problem, tile_scale=tile_scale)
         except Refused as refusal:
             reasons.append(f"{spec.name}: {refusal}")
             continue
@@ -201,7 +211,10 @@ def _pick(tile: Tile, dtype: DType, xdtype: DType, probe: Problem, among, epilog
     stages = [Stage.FILTER, *([Stage.PRESCALE] if k2.prescale is Prescale.SPLIT else [])]
     picks = {stage: _first_fit(stage, tile, dtype, xdtype, probe, among) for stage in stages}
     picks[Stage.INPUT] = k2
-    picks[Stage.OUTPUT] = _first_fit(Stage.OUTPUT, tile, dtype, xdtype, probe, among, epilogue)
+    scaled = k2.prescale is not Prescale.NONE
+    picks[Stage.OUTPUT] = _first_fit(
+        Stage.OUTPUT, tile, dtype, xdtype, probe, among, epilogue, tile_scale=scaled
+    )
     return dict(sorted(picks.items(), key=lambda item: grid.GRID_STAGES.index(item[0])))
 
 

@@ -31,8 +31,9 @@ from . import config
 from .fused import fused_namespace
 from .geometry import ceil_div, elems_one_image, lds_bytes
 from .problem import Problem
-from .specs import RtFusedSpec, RtInputSpec, StageSpec
-from .vocab import TILES, Tile, coerce
+from .specs import RtFusedSpec, RtInputSpec, RtOutputSpec, StageSpec
+from .vocab import TILES, DType, Tile, coerce
+from .winograd import m_growth
 
 
 class Refused(Exception):
@@ -316,7 +317,7 @@ def book(data: dict, probing: bool = True) -> tuple[dict[str, int], tuple[Rule, 
 
 
 #: Names the launch geometry adds for every stage's fit rules (wino.launch.stage_launch).
-FIT_DERIVED = ("lanes", "grid_y", "max_elems_chunk", "max_threads_chunk")
+FIT_DERIVED = ("lanes", "grid_y", "max_elems_chunk", "max_threads_chunk", "tile_scale")
 _PROBE_PROBLEMS = (
     Problem(N=2, C=16, H=8, W=8, K=16, pad_h=1, pad_w=1),
     Problem(N=1, C=6, H=9, W=9, K=4, R=5, S=5, stride_h=2, stride_w=2, groups=2),
@@ -358,6 +359,7 @@ def spec_namespace(spec: StageSpec) -> dict[str, Any]:
 
 def _spec_ns(spec: StageSpec, params: dict[str, Any]) -> dict[str, Any]:
     ns = dict(params)
+    ns.update((name, value) for _, name, value in spec.axis_values())  # defaults included
     ns.update(spec.fields_dict())
     tile = spec.tile
     ns.update(
@@ -367,6 +369,8 @@ def _spec_ns(spec: StageSpec, params: dict[str, Any]) -> dict[str, Any]:
         ns["lds_bytes"] = lds_bytes(spec)
     if isinstance(spec, RtFusedSpec):
         ns.update(fused_namespace(spec))
+    if isinstance(spec, RtOutputSpec):
+        ns["m_per_channel"] = m_per_channel(tile, spec.io)
     return ns
 
 
@@ -398,6 +402,23 @@ def _problem_ns(problem: Problem, params: dict[str, Any], tile: Tile | None = No
     else:
         ns["max_elems_one_image"] = 0  # the shape rules fire first
     return ns
+
+
+#: The largest |x| and |w| the power-of-two scales leave, per io dtype (common.j2's
+#: wino_pow2_scale): below 1 for fp16 (and for bf16 in the normal range below 2^126); below 2
+#: for bf16 where a window or filter row is all subnormal (the scale is clamped at 2^127).
+_SCALED_MAX = {DType.FP16: 1, DType.BF16: 2, DType.FP32: 1}
+#: V and U are rounded to 16 bits before the GEMM: each may round up by a factor 1 + 2^-11.
+_STORAGE_MARGIN = 1 + 2**-9
+
+
+def m_per_channel(tile: Tile, io: DType) -> float:
+    """The largest |V[a][p][c] * U[a][k][c]| one input channel adds to M (over every bin a) once
+    the tile and filter scales are applied: the transforms' growth (wino.winograd.m_growth) times
+    the largest scaled |x| and |w|, with the 16-bit storage's rounding margin. |M| stays below
+    C/G times this (the ``fp16_m_range`` rule)."""
+    scaled = _SCALED_MAX[io]
+    return float(m_growth(tile.mh, tile.mw)) * scaled * scaled * _STORAGE_MARGIN
 
 
 # Checks ----------------------------------------------------------------------------------------

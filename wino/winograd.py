@@ -77,3 +77,21 @@ def matmul(a: Matrix, b: Matrix) -> Matrix:
 def growth(mat: Matrix) -> Fraction:
     """Largest absolute row sum: how much a transform can grow max|input|, per dimension."""
     return max(sum(abs(x) for x in row) for row in mat)
+
+
+@cache
+def m_growth(mh: int, mw: int) -> Fraction:
+    """How much one input channel can add to |M| per bin in F(mh x mw, 3x3), per unit of max|x|
+    and max|w|: max over bins (i, j) of
+    rowsum|Bt_h[i]| rowsum|G_h[i]| rowsum|Bt_w[j]| rowsum|G_w[j]|
+    (|V| <= rowsum|Bt| x rowsum|Bt| max|d|, |U| <= rowsum|G| x rowsum|G| max|g|). F2x2 9,
+    F4x4 100, F6x6 348 4/9: the sum over C/G channels stays below C/G times this."""
+
+    def per_dim(m: int) -> Fraction:
+        _, g, bt = matrices(m)
+        return max(
+            sum(abs(x) for x in b_row) * sum(abs(x) for x in g_row)
+            for b_row, g_row in zip(bt, g, strict=True)
+        )
+
+    return per_dim(mh) * per_dim(mw)

@@ -2,7 +2,7 @@
 
 Stages are chosen in pipeline order, so every stage reads data its predecessor really wrote
 (no timing on uninitialised or zero buffers): K1 among its candidates; K2a (when a K2 takes the
-split prescale); K2, a split one costing its K2a too; K3 (cuBLAS / numpy, no choice); K4. A
+split prescale); K2, a split one costing its K2a too; K3 and K4 together (per M dtype). A
 candidate is timed alone, inside a probe pipeline that is the choices so far plus the
 candidate, dispatched with ``specs=`` over one workspace shared by the family (its layout is
 the same for every probe of a family).
@@ -130,10 +130,7 @@ def select(candidates: Candidates, prober: Prober) -> Pick | None:
         t[Stage.PRESCALE], t[Stage.INPUT] = t_k2a, cost - t_k2a
     else:
         t[Stage.INPUT] = cost
-    t[Stage.GEMM] = prober.time(assemble(base), Stage.GEMM)
-    k4, t[Stage.OUTPUT] = fastest(
-        c[Stage.OUTPUT], lambda s: prober.time(assemble(base, k4=s), Stage.OUTPUT)
-    )
+    k4, t[Stage.GEMM], t[Stage.OUTPUT] = _gemm_and_output(prober, base, c[Stage.OUTPUT])
     if k4 is None or math.isinf(t[Stage.GEMM]):
         return None
     specs = assemble(base, k4=k4)
@@ -150,3 +147,16 @@ def _k2_cost(prober: Prober, base, k2: StageSpec, k2a: StageSpec | None, t_k2a: 
 
 def _in_order(times: dict[Stage, float]) -> dict[Stage, float]:
     return {stage: times[stage] for stage in Stage if stage in times}
+
+
+def _gemm_and_output(prober: Prober, base, k4s) -> tuple[StageSpec | None, float, float]:
+    """K4 and K3 together: K3 writes M in K4's accdtype, so per accdtype (fp16 or fp32 M) K3 is
+    timed once and its fastest K4 added; the accdtype of least K3 + K4 time wins."""
+    best: tuple[StageSpec | None, float, float] = (None, math.inf, math.inf)
+    for acc in dict.fromkeys(s.accdtype for s in k4s):  # first-seen order: the default first
+        group = [s for s in k4s if s.accdtype is acc]
+        t_gemm = prober.time(assemble(base, k4=group[0]), Stage.GEMM)
+        k4, t_k4 = fastest(group, lambda s: prober.time(assemble(base, k4=s), Stage.OUTPUT))
+        if k4 is not None and t_gemm + t_k4 < best[1] + best[2]:
+            best = (k4, t_gemm, t_k4)
+    return best

@@ -19,7 +19,7 @@ from ..problem import Problem
 from ..specs import RtFusedSpec, StageSpec
 from ..vocab import Activation, K2Path, Prescale, Target
 from .renderers import RENDERERS
-from .transforms import apply_2d, tile_matrices
+from .transforms import apply_2d, apply_2d_rows, tile_matrices
 
 TEMPLATES = ROOT / "templates"
 
@@ -51,6 +51,10 @@ def _transform_lines(spec: StageSpec) -> dict[str, list[str]]:
         "input_lines": apply_2d(*mats["input"], window(tile.aw), window(tile.aw), "t"),
         "filter_lines": apply_2d(*mats["filter"], window(3), window(tile.aw), "t"),
         "output_lines": apply_2d(*mats["output"], window(tile.aw), window(tile.mw), "t"),
+        # K2's streamed variant: one row of bins at a time into vout[j] (templates/k2_input.j2)
+        "input_rows": apply_2d_rows(
+            *mats["input"], window(tile.aw), lambda i, j: f"vout[{j * vec} + v]", "t"
+        ),
     }
 
 

@@ -50,6 +50,9 @@ class Renderer:
     barrier_call = ""
     kernel_head = ""  # GPU: the qualifiers before a kernel's name ({block}: the block size)
     thread_ids = ""  # GPU: bx, by and tid from the target's builtins
+    # An empty asm that "changes" a pointer variable: the compiler can no longer prove two of
+    # its loads equal, so it reloads instead of keeping values live (K2's streamed transform)
+    launder_asm = '__asm__ __volatile__("" : "+r"({var}));'
 
     def __init__(self, baked: dict[str, int] | None = None):
         self.baked = baked  # a problem's kernargs baked in as constants (the JIT route)
@@ -134,6 +137,10 @@ class Renderer:
 
     def body_begin(self) -> str:
         return "{"
+
+    def launder(self, var: str) -> str:
+        """A statement after which ``var`` (a pointer) is opaque to the optimiser."""
+        return self.launder_asm.format(var=var)
 
     def barrier(self) -> str:
         return "}\n  " + self.barrier_call + "\n  {"
@@ -317,6 +324,7 @@ class CudaRenderer(Renderer):
     barrier_call = "__syncthreads();"
     kernel_head = 'extern "C" __global__ void __launch_bounds__({bounds})\n'
     thread_ids = "bx = blockIdx.x, by = blockIdx.y, tid = threadIdx.x"
+    launder_asm = 'asm volatile("" : "+l"({var}));'
 
     def umulhi(self, a: str, b: str) -> str:
         return f"__umulhi({a}, {b})"
@@ -412,6 +420,7 @@ class HipRenderer(Renderer):
     unroll = "#pragma unroll"
     no_unroll = "#pragma unroll 1"
     shared_qualifier = "__attribute__((shared)) "
+    launder_asm = '__asm__ __volatile__("" : "+v"({var}));'
     barrier_call = (
         '__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); '
         "__builtin_amdgcn_s_barrier(); "

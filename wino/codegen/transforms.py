@@ -63,3 +63,28 @@ def tile_matrices(mh: int, mw: int) -> dict[str, tuple[Matrix, Matrix]]:
     at_h, g_h, bt_h = matrices(mh)
     at_w, g_w, bt_w = matrices(mw)
     return {"input": (bt_h, bt_w), "filter": (g_h, g_w), "output": (at_h, at_w)}
+
+
+def apply_2d_rows(
+    left: Matrix, right: Matrix, src: Access, dst: Access, tmp: str, indent: str = ""
+) -> list[tuple[tuple[int, ...], list[str]]]:
+    """``apply_2d`` one output row at a time: per row i of ``left``, the source rows it reads
+    (left[i]'s nonzero columns) and the statements computing dst(i, j) for every j, the same
+    sums in the same order as apply_2d's (so the results are bit-identical)."""
+    rows_in, cols_in = len(left[0]), len(right[0])
+    out = []
+    for i, row in enumerate(left):
+        lines = [
+            f"{indent}const float {tmp}{i}_{b} = "
+            + linear_combination(row, [src(a, b) for a in range(rows_in)])
+            + ";"
+            for b in range(cols_in)
+        ]
+        lines += [
+            f"{indent}{dst(i, j)} = "
+            + linear_combination(r, [f"{tmp}{i}_{b}" for b in range(cols_in)])
+            + ";"
+            for j, r in enumerate(right)
+        ]
+        out.append((tuple(a for a in range(rows_in) if row[a] != 0), lines))
+    return out
