@@ -21,7 +21,7 @@ from wino.runtime.reference import epilogue_reference
 from wino.runtime.registry import cuda_available
 from wino.runtime.verify import bound_for
 from wino.specs import RtFusedSpec
-from wino.vocab import Activation, DType, Epilogue, Prescale, Stage
+from wino.vocab import Activation, DType, Epilogue, Prescale, Stage, Target
 
 pytestmark = [
     pytest.mark.gpu,
@@ -49,7 +49,7 @@ def _pipeline(spec, problem: Problem) -> dict:
         if spec.prescale is not Prescale.SPLIT:
             picks.pop(Stage.PRESCALE, None)
         return {**picks, Stage.FUSED: spec}
-    return {**default_stage_specs(problem, spec.tile), Stage.OUTPUT: spec}
+    return {**default_stage_specs(problem, spec.tile, target=Target.CUDA), Stage.OUTPUT: spec}
 
 
 @pytest.fixture(scope="session")
@@ -128,7 +128,9 @@ def test_conv2d_and_torch_module_on_cuda(gpu_cache, monkeypatch):
     problem = Problem(N=2, C=48, H=29, W=23, K=48, pad_h=1, pad_w=1, dtype=DType.FP16)
     specs = set()
     for epilogue in (Epilogue.BIAS, Epilogue.BIAS_RELU):
-        specs.update(default_stage_specs(problem, "F4x4", epilogue=epilogue).values())
+        specs.update(
+            default_stage_specs(problem, "F4x4", epilogue=epilogue, target=Target.CUDA).values()
+        )
     cuda_cache.build(specs, gpu_cache)
     monkeypatch.setenv("WINO_BUILD", str(gpu_cache))
     x, w, bias, ref = _operands(problem, "conv2d")

@@ -22,7 +22,7 @@ from ..pick import default_fused_specs
 from ..problem import Problem
 from ..refusals import Refused, check_problem
 from ..runtime.plan import Plan, dispatch
-from ..vocab import DType, Prescale, Stage, Tile
+from ..vocab import DType, Epilogue, Prescale, Stage, Tile
 from . import accuracy
 from .candidates import fits
 from .device import Device, Operands
@@ -58,6 +58,8 @@ def fused_pipelines(problem: Problem, tile: Tile, names: set[str], limit: int | 
         for kf in aot_stage_specs(Stage.FUSED):
             if (kf.tile, kf.io, kf.mdtype) != (tile, problem.dtype, mdtype):
                 continue
+            if kf.epilogue is not Epilogue.NONE:
+                continue  # the bench times the plain convolution
             if kf.name not in names or not fits(kf, [problem]):
                 continue
             specs = dict(base)

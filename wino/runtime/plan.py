@@ -284,6 +284,13 @@ def _ordered(specs: dict[Stage, StageSpec]) -> dict[Stage, StageSpec]:
             f"dispatch: K1 {k1.name} stores U as {k1.xdtype.short} but K2 "
             f"{k2.name} stores V as {k2.xdtype.short}; the GEMM needs one dtype"
         )
+    k4 = specs.get(Stage.OUTPUT)
+    if k4 is not None and k4.accdtype.itemsize < k2.xdtype.itemsize:
+        raise ValueError(
+            f"dispatch: K4 {k4.name} reads M as {k4.accdtype.short} but K2 {k2.name} stores V "
+            f"as {k2.xdtype.short}; M is never narrower than V (the GEMM writes fp16 only from "
+            "16-bit operands): use a K4 with accdtype fp32, or 16-bit storage for K1 and K2"
+        )
     return {stage: specs[stage] for stage in GRID_STAGES if stage in specs}
 
 
