@@ -79,8 +79,8 @@ def _ranked(
             continue
         if getattr(spec, "epilogue", epilogue) is not epilogue:
             continue
-        if _narrower(getattr(spec, "accdtype", xdtype), xdtype):
-            continue  # M no narrower than V: fp32 storage (the c target's) keeps fp32 M
+        if not m_storable(getattr(spec, "accdtype", DType.FP32), xdtype):
+            continue  # fp16 M only after fp16 V: fp32 storage (the c target's) keeps fp32 M
         values = {name: value for _, name, value in spec.axis_values()}  # axis defaults too
         key = _rank(order, {**values, **spec.fields_dict()})
         if key is not None:
@@ -89,8 +89,10 @@ def _ranked(
     return tuple(spec for _, spec in ranked)
 
 
-def _narrower(dtype: DType, than: DType) -> bool:
-    return dtype.itemsize < than.itemsize
+def m_storable(accdtype: DType, xdtype: DType) -> bool:
+    """Whether K3 can write M as ``accdtype`` from V and U stored as ``xdtype``: M in fp32
+    always; fp16 M only from fp16 operands (cuBLAS writes no fp16 from fp32 or bf16 inputs)."""
+    return accdtype is DType.FP32 or accdtype is xdtype is DType.FP16
 
 
 @lru_cache(maxsize=256)

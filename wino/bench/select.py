@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..pick import m_storable
 from ..problem import Problem
 from ..refusals import Refused
 from ..runtime.plan import Plan, dispatch
@@ -153,8 +154,8 @@ def _gemm_and_output(prober: Prober, base, k4s) -> tuple[StageSpec | None, float
     """K4 and K3 together: K3 writes M in K4's accdtype, so per accdtype (fp16 or fp32 M) K3 is
     timed once and its fastest K4 added; the accdtype of least K3 + K4 time wins."""
     best: tuple[StageSpec | None, float, float] = (None, math.inf, math.inf)
-    width = base[Stage.INPUT].xdtype.itemsize  # M is never narrower than V (plan._ordered)
-    k4s = [s for s in k4s if s.accdtype.itemsize >= width]
+    xdtype = base[Stage.INPUT].xdtype  # fp16 M only after fp16 V (pick.m_storable)
+    k4s = [s for s in k4s if m_storable(s.accdtype, xdtype)]
     for acc in dict.fromkeys(s.accdtype for s in k4s):  # first-seen order: the default first
         group = [s for s in k4s if s.accdtype is acc]
         t_gemm = prober.time(assemble(base, k4=group[0]), Stage.GEMM)

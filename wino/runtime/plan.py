@@ -29,6 +29,7 @@ from ..pick import (
     Ranking,
     default_fused_specs,
     default_stage_specs,
+    m_storable,
     output_with_epilogue,
 )
 from ..problem import Problem
@@ -285,11 +286,11 @@ def _ordered(specs: dict[Stage, StageSpec]) -> dict[Stage, StageSpec]:
             f"{k2.name} stores V as {k2.xdtype.short}; the GEMM needs one dtype"
         )
     k4 = specs.get(Stage.OUTPUT)
-    if k4 is not None and k4.accdtype.itemsize < k2.xdtype.itemsize:
+    if k4 is not None and not m_storable(k4.accdtype, k2.xdtype):
         raise ValueError(
             f"dispatch: K4 {k4.name} reads M as {k4.accdtype.short} but K2 {k2.name} stores V "
-            f"as {k2.xdtype.short}; M is never narrower than V (the GEMM writes fp16 only from "
-            "16-bit operands): use a K4 with accdtype fp32, or 16-bit storage for K1 and K2"
+            f"as {k2.xdtype.short}; the GEMM writes fp16 M only from fp16 V and U: use a K4 "
+            "with accdtype fp32, or fp16 storage for K1 and K2"
         )
     return {stage: specs[stage] for stage in GRID_STAGES if stage in specs}
 
