@@ -24,6 +24,8 @@ DODO = REPO / "dodo.py"
 
 STAGES = """\
 format: 1
+axes:  # the repo's: its refusals.yaml (copied below) reads K2's stream
+  - {name: stream, stages: [k2], type: int, ctype: int, suffix: "s{}", default: 0}
 stages:
   k1:
     - name: filter
