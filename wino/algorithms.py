@@ -58,14 +58,19 @@ class Choice:
 def load(path: Path) -> tuple[Crossover, ...]:
     """The rules of an algorithms file, validated by its schema and each evaluated against
     probe problems: a bad rule is a ConfigError naming its id and file:line."""
-    data = config.load_file(path, FILE)
+    return from_data(config.load_file(path, FILE), path)
+
+
+def from_data(data: dict, path: Path, probing: bool = True) -> tuple[Crossover, ...]:
+    """The rules of validated algorithms data (each probed unless told not to)."""
     lines = _rule_lines(path)
     params = rule_book()[0]
     out = []
     for entry in data["rules"]:
         where = f"{path}:{lines.get(entry['id'], '?')}"
         rule = Rule(entry["id"], Scope.PROBLEM, (), entry["when"], entry["reason"], where)
-        probe(rule, params)
+        if probing:
+            probe(rule, params)
         out.append(Crossover(rule, Algorithm(entry["algorithm"])))
     ids = [c.id for c in out]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
@@ -76,8 +81,10 @@ def load(path: Path) -> tuple[Crossover, ...]:
 
 @lru_cache(maxsize=1)
 def crossovers() -> tuple[Crossover, ...]:
-    """grids/algorithms.yaml's rules (loaded once per process)."""
-    return load(config.GRIDS / f"{FILE}.yaml")
+    """grids/algorithms.yaml's rules (loaded once per process; content a build stamped as
+    validated, its rules probed, is taken as it is: wino.config.declared)."""
+    data = config.declared(FILE)
+    return from_data(data, config.GRIDS / f"{FILE}.yaml", probing=not config.stamped(FILE))
 
 
 def choose(problem: Problem, rules: tuple[Crossover, ...] | None = None) -> Choice:

@@ -169,9 +169,10 @@ INDEX = "manifest.index.json"
 INDEX_FORMAT = 1
 #: A kernel's record in the index: these manifest fields in this order, the abi by its number.
 INDEX_FIELDS = ("stage", "spec", "binary", "sha256", "registers", "spills", "abi")
-#: The declared files the runtime reads (spec axes and the default pick order; the rule book),
-#: stamped in the index by their content's sha256 with their validated data.
-STAMPED = ("stages", "refusals")
+#: The declared files the runtime reads (spec axes and the default pick order; the rule book; the
+#: algorithm crossover rules; the targets' storage table), stamped in the index by their
+#: content's sha256 with their validated data.
+STAMPED = ("stages", "refusals", "algorithms", "targets")
 
 
 def _sha256(data: bytes) -> str:
@@ -214,6 +215,10 @@ def _declared_stamp(kind: str) -> dict[str, Any]:
     data = config.validate(config.load_yaml_text(raw.decode("utf-8"), str(path)), kind, str(path))
     if kind == "refusals":
         book(data)  # every rule probed: a stamped rule book is not probed at run time
+    if kind == "algorithms":
+        from .algorithms import from_data
+
+        from_data(data, path)  # likewise the crossover rules
     return {"sha256": _sha256(raw), "schema_sha256": config.schema_sha256(kind), "data": data}
 
 

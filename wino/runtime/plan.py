@@ -441,6 +441,9 @@ def _dispatch(
         )
         raise
     db = tuning.beside(found[0])  # the tuning DB of the cache found, not of the write folder
+    cache.read_manifest(
+        *found
+    )  # first (once per file version): its index stamps what the rules read
     # (plan kind, why, as asked, epilogue)
     kind = (*_pick_algorithm(algorithm, specs, problem, target, db), algorithm, epilogue)
     key = (problem, target, tile, batch_split, workspace_limit, cache_root, frozen, kind)
