@@ -28,7 +28,7 @@ from wino.runtime.plan import default_tile
 from wino.runtime.reference import epilogue_reference
 from wino.runtime.verify import bound_for
 from wino.specs import RtFusedSpec, RtOutputSpec
-from wino.vocab import TILES, Activation, DType, Epilogue, Stage, Tile
+from wino.vocab import TILES, Activation, DType, Epilogue, Stage, Target, Tile
 
 NONE, BIAS, RELU, BIAS_RELU = Epilogue
 GRID_EPILOGUE = tuple(
@@ -52,7 +52,7 @@ def _pipeline(spec, problem: Problem) -> dict:
         if spec.prescale.value != "split":
             picks.pop(Stage.PRESCALE, None)
         return {**picks, Stage.FUSED: spec}
-    return {**default_stage_specs(problem, spec.tile), Stage.OUTPUT: spec}
+    return {**default_stage_specs(problem, spec.tile, target=Target.CUDA), Stage.OUTPUT: spec}
 
 
 def _every_tile_specs():
@@ -87,7 +87,10 @@ def root(tmp_path_factory):
     for dtype in (DType.FP16, DType.FP32):
         problem = _problem(dtype)
         for epilogue in Epilogue:
-            specs.update(default_stage_specs(problem, Tile(2, 2), epilogue=epilogue).values())
+            for target in (Target.C, Target.CUDA):  # the host's pick and the GPUs' (forced)
+                for tile in (Tile(2, 2), Tile(4, 4)):
+                    picks = default_stage_specs(problem, tile, epilogue=epilogue, target=target)
+                    specs.update(picks.values())
     host_cache.build(sorted(specs, key=lambda s: s.name), folder)
     return folder
 
@@ -319,6 +322,7 @@ def test_tuned_specs_keep_their_stages_and_swap_k4(root):
     epilogue variant."""
     problem = _problem(DType.FP16)
     tuned = default_stage_specs(problem, Tile(2, 2))
+    tuned[Stage.OUTPUT] = tuned[Stage.OUTPUT].replace(vec=8)  # a K4 the epilogues cover
     tuning.record(problem, wino.Target.C, Tile(2, 2), tuned, 1.0, root=root)
     try:
         plan = dispatch(problem, target="c", cache_root=root, epilogue=BIAS_RELU)
@@ -331,11 +335,11 @@ def test_tuned_specs_keep_their_stages_and_swap_k4(root):
 
 # Grid, names, ABI -----------------------------------------------------------------------------
 def test_grid_variants_are_the_declared_ones():
-    """72 variants: K4 F2x2/F4x4 x 3 io x vec 1/8, KF F2x2/F4x4 one-stage specs, x 3
-    epilogues; each has its epilogue-free twin in the grid."""
+    """K4 F2x2/F4x4 x vec 1/8 x (3 io with fp32 M + fp16/bf16 io with fp16 M), KF F2x2/F4x4
+    one-stage specs, x 3 epilogues; each has its epilogue-free twin in the grid."""
     k4 = [s for s in GRID_EPILOGUE if s.stage is Stage.OUTPUT]
     kf = [s for s in GRID_EPILOGUE if s.stage is Stage.FUSED]
-    assert len(k4) == 2 * 3 * 2 * 3
+    assert len(k4) == 2 * 2 * 3 * (3 + 2)
     assert {s.tile for s in GRID_EPILOGUE} == {Tile(2, 2), Tile(4, 4)}
     assert {s.vec for s in k4} == {1, 8} and {s.stages for s in kf} == {1}
     plain = {s.name for s in grid.aot_stage_specs()}

@@ -24,7 +24,7 @@ from wino.refusals import Refused, check_spec, m_per_channel
 from wino.runtime import conv2d_reference, dispatch, relative_error
 from wino.runtime.verify import bound_for
 from wino.specs import RtOutputSpec
-from wino.vocab import TILES, DType, Prescale, Stage, Tile
+from wino.vocab import TILES, DType, Prescale, Stage, Target, Tile
 from wino.winograd import m_growth, matrices
 
 FP16_MAX = 65504
@@ -81,8 +81,8 @@ def _problem(C: int, dtype: str, **kw) -> Problem:
 def test_default_pick_takes_fp16_m_up_to_the_rule_limit(tile, dtype):
     limit = _limit(tile, dtype)
     at, past = _problem(limit, dtype.short), _problem(limit + 1, dtype.short)
-    assert default_stage_specs(at, tile)[Stage.OUTPUT].accdtype is DType.FP16
-    assert default_stage_specs(past, tile)[Stage.OUTPUT].accdtype is DType.FP32
+    assert default_stage_specs(at, tile, target=Target.CUDA)[Stage.OUTPUT].accdtype is DType.FP16
+    assert default_stage_specs(past, tile, target=Target.CUDA)[Stage.OUTPUT].accdtype is DType.FP32
 
 
 def test_fp16_m_limits_per_tile():
@@ -96,16 +96,35 @@ def test_fp16_m_limits_per_tile():
 @pytest.mark.parametrize("tile", TILES, ids=str)
 def test_few_channels_keep_fp32_m(tile):
     """Below C/G 16 an output sums too few products for fp16 M's rounding to average out."""
-    assert default_stage_specs(_problem(16, "fp16"), tile)[Stage.OUTPUT].accdtype is DType.FP16
-    assert default_stage_specs(_problem(12, "fp16"), tile)[Stage.OUTPUT].accdtype is DType.FP32
-    assert default_stage_specs(_problem(3, "bf16"), tile)[Stage.OUTPUT].accdtype is DType.FP32
+    assert (
+        default_stage_specs(_problem(16, "fp16"), tile, target=Target.CUDA)[Stage.OUTPUT].accdtype
+        is DType.FP16
+    )
+    assert (
+        default_stage_specs(_problem(12, "fp16"), tile, target=Target.CUDA)[Stage.OUTPUT].accdtype
+        is DType.FP32
+    )
+    assert (
+        default_stage_specs(_problem(3, "bf16"), tile, target=Target.CUDA)[Stage.OUTPUT].accdtype
+        is DType.FP32
+    )
+
+
+def _gpu_pick(problem):
+    """The GPUs' default pick (fp16 storage: fp16 M where the rules allow), run on the host."""
+    return default_stage_specs(problem, F4, target=Target.CUDA)
 
 
 @pytest.mark.parametrize("tile", TILES, ids=str)
-def test_fp32_io_and_unscaled_storage_keep_fp32_m(tile):
-    assert default_stage_specs(_problem(64, "fp32"), tile)[Stage.OUTPUT].accdtype is DType.FP32
-    specs = default_stage_specs(_problem(64, "bf16"), tile, xdtype=DType.BF16)
-    assert specs[Stage.INPUT].prescale is Prescale.NONE
+def test_fp32_io_and_bf16_storage_keep_fp32_m(tile):
+    """fp32 io keeps fp32 M (m_dtype_unsupported); bf16 storage too (fp16 M only after fp16 V:
+    pick.m_storable, since cuBLAS writes no fp16 from bf16 operands)."""
+    assert (
+        default_stage_specs(_problem(64, "fp32"), tile, target=Target.CUDA)[Stage.OUTPUT].accdtype
+        is DType.FP32
+    )
+    specs = default_stage_specs(_problem(64, "bf16"), tile, xdtype=DType.BF16, target=Target.CUDA)
+    assert specs[Stage.INPUT].xdtype is DType.BF16
     assert specs[Stage.OUTPUT].accdtype is DType.FP32
 
 
@@ -126,7 +145,7 @@ SUBNORMAL = _problem(160, "bf16")  # C/G 160 <= 163
 
 
 def _fp16_m_specs(problem: Problem) -> dict:
-    specs = default_stage_specs(problem, F4)
+    specs = default_stage_specs(problem, F4, target=Target.CUDA)
     specs[Stage.OUTPUT] = replace(specs[Stage.OUTPUT], accdtype=DType.FP16)
     return specs
 
@@ -136,9 +155,9 @@ def root(tmp_path_factory):
     root = tmp_path_factory.mktemp("fp16-m")
     specs = set()
     for p in (AT_LIMIT, PAST_LIMIT, SUBNORMAL, replace(SUBNORMAL, dtype=DType.FP16)):
-        specs |= set(default_stage_specs(p, F4).values())
+        specs |= set(default_stage_specs(p, F4, target=Target.CUDA).values())
         specs |= set(_fp16_m_specs(p).values())
-        fp32 = default_stage_specs(p, F4)
+        fp32 = default_stage_specs(p, F4, target=Target.CUDA)
         specs.add(replace(fp32[Stage.OUTPUT], accdtype=DType.FP32))
     host_cache.build(specs, root)
     return root
@@ -199,7 +218,7 @@ def test_adversarial_data_fills_fp16_m_and_adds_one_rounding_per_bin(root):
     docs/BENCHMARKS.md)."""
     top = float(np.nextafter(np.float16(1), np.float16(0)))  # scaled max 1 - 2^-11
     x, w = _aligned(AT_LIMIT, top, np.float16)
-    plan = dispatch(AT_LIMIT, target="c", tile=F4, cache_root=root)
+    plan = dispatch(AT_LIMIT, target="c", tile=F4, cache_root=root, specs=_gpu_pick(AT_LIMIT))
     assert plan.accdtype is DType.FP16 and plan.prescale is not Prescale.NONE
     y16, ws16, _ = _fp16_m_adds_one_rounding(root, AT_LIMIT, plan, x, w)
     assert np.isfinite(ws16["M"]).all() and np.isfinite(y16).all()
@@ -211,7 +230,7 @@ def test_past_the_limit_fp16_m_is_refused_and_the_pick_keeps_fp32(root):
         dispatch(PAST_LIMIT, target="c", tile=F4, cache_root=root, specs=_fp16_m_specs(PAST_LIMIT))
     assert info.value.rule == "fp16_m_range"
     assert "C/G = 660" in info.value.message and "accdtype fp32" in info.value.message
-    plan = dispatch(PAST_LIMIT, target="c", tile=F4, cache_root=root)
+    plan = dispatch(PAST_LIMIT, target="c", tile=F4, cache_root=root, specs=_gpu_pick(PAST_LIMIT))
     assert plan.accdtype is DType.FP32
     top = float(np.nextafter(np.float16(1), np.float16(0)))
     x, w = _aligned(PAST_LIMIT, top, np.float16)
@@ -224,7 +243,7 @@ def test_past_the_limit_fp16_m_is_refused_and_the_pick_keeps_fp32(root):
 def test_bf16_subnormal_tiles_stay_inside_fp16_m(root):
     """An all-subnormal bf16 input is scaled by 2^127 to just below 2 (not 1): the rule's bf16
     room. Here M reaches about 200 x C/G, inside fp16, and nothing is NaN or inf."""
-    plan = dispatch(SUBNORMAL, target="c", tile=F4, cache_root=root)
+    plan = dispatch(SUBNORMAL, target="c", tile=F4, cache_root=root, specs=_gpu_pick(SUBNORMAL))
     assert plan.accdtype is DType.FP16
     tiny = float(np.finfo(np.float32).tiny) * (1 - 2.0**-7)  # the largest bf16 subnormal
     x, _ = _aligned(SUBNORMAL, tiny, ml_dtypes.bfloat16)
@@ -240,7 +259,7 @@ def test_fp16_m_on_normal_data_within_the_bound(root, dtype):
     M's result."""
     problem = replace(SUBNORMAL, dtype=DType(dtype))
     x, w = rf.inputs(problem, np.random.default_rng(9))
-    plan = dispatch(problem, target="c", tile=F4, cache_root=root)
+    plan = dispatch(problem, target="c", tile=F4, cache_root=root, specs=_gpu_pick(problem))
     assert plan.accdtype is DType.FP16
     y16, _, _ = _fp16_m_adds_one_rounding(root, problem, plan, x, w)
     ref = conv2d_reference(x, w, (1, 1))

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tests import runtime_fixtures as rf
 from wino import cache
 from wino.launch import stage_launch
+from wino.pick import m_storable
 from wino.problem import Problem
 from wino.refusals import Refused
 from wino.runtime import conv2d_reference, dispatch, relative_error
@@ -37,7 +38,7 @@ def picks(draw, by_stage):
     k2 = draw(st.sampled_from(by_stage[Stage.INPUT]))
     same = lambda s: s.tile == k2.tile and s.io is k2.io  # noqa: E731
     k1s = [s for s in by_stage[Stage.FILTER] if same(s) and s.xdtype is k2.xdtype]
-    k4s = [s for s in by_stage[Stage.OUTPUT] if same(s)]
+    k4s = [s for s in by_stage[Stage.OUTPUT] if same(s) and m_storable(s.accdtype, k2.xdtype)]
     assume(k1s and k4s)
     specs = {Stage.FILTER: draw(st.sampled_from(k1s))}
     if k2.prescale is Prescale.SPLIT:

@@ -145,4 +145,5 @@ def declared(kind: str) -> Any:
         if hit[0] == hashlib.sha256(raw).hexdigest():
             _FROM_STAMP.add(kind)
             return hit[2]
+    _FROM_STAMP.discard(kind)  # this content was not stamped: its rules are probed again
     return validate(load_yaml_text(raw.decode("utf-8"), str(path)), kind, str(path))
