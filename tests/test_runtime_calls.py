@@ -5,6 +5,9 @@ any change that matters), the plan's own workspace is allocated once per thread 
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
@@ -24,7 +27,7 @@ def root(tmp_path_factory):
 @pytest.fixture
 def plan(root):
     plan = dispatch(CASE.problem, target="c", tile=CASE.tile, cache_root=root)
-    plan._bound, plan._workspaces, plan._filters = None, {}, {}
+    plan.release()
     return plan
 
 
@@ -115,7 +118,38 @@ def test_the_plans_own_workspace_is_allocated_once(plan, checks):
     x, w = _data()
     for _ in range(3):
         _check(plan.run(x, w), x, w)
-    assert checks["workspace"] == 1 and len(plan._workspaces) == 1
+    assert checks["workspace"] == 1 and plan.held_bytes == plan.workspace_bytes
+
+
+def test_a_plan_keeps_a_bounded_number_of_workspaces(plan, checks):
+    """Threads come and go: a plan keeps its own workspace for the OWN_WORKSPACE_SLOTS most
+    recent ones, not one per thread that ever ran it (12 threads alive at once here)."""
+    x, w = _data()
+    threads = backends.OWN_WORKSPACE_SLOTS + 4
+    barrier = threading.Barrier(threads)
+
+    def run(_):
+        barrier.wait()  # every thread alive at once: 12 distinct thread ids
+        return plan.run(x, w)
+
+    with ThreadPoolExecutor(threads) as pool:
+        for y in pool.map(run, range(threads)):
+            _check(y, x, w)
+    assert checks["workspace"] == threads
+    assert plan.held_bytes == backends.OWN_WORKSPACE_SLOTS * plan.workspace_bytes
+
+
+def test_release_drops_what_the_plan_holds(root, plan, checks):
+    p = CASE.problem
+    x, w = _data()
+    conv2d(x, w, (p.pad_h, p.pad_w), tile=CASE.tile, reuse_filter=True, cache_root=root)
+    plan.run(x, w)
+    assert plan.held_bytes == plan.workspace_bytes and plan._bound is not None and plan._filters
+    binds, allocations = checks["bind"], checks["workspace"]
+    plan.release()
+    assert plan.held_bytes == 0 and plan._bound is None and not plan._filters
+    _check(plan.run(x, w), x, w)  # checked and allocated again
+    assert (checks["bind"], checks["workspace"]) == (binds + 1, allocations + 1)
 
 
 def test_a_large_workspace_is_allocated_per_call(plan, checks, monkeypatch):

@@ -295,7 +295,7 @@ def test_seen_calls_on_two_streams_use_a_workspace_each(root):
 
     p = PROBLEMS[0]
     plan = dispatch(p, target="cuda", cache_root=root)
-    plan._workspaces.clear()
+    plan.release()  # the other tests' workspaces (their streams may be gone)
     x, w = _operands(p, 2)
     expect = plan.run(x, w)
     torch.cuda.synchronize()
@@ -305,8 +305,101 @@ def test_seen_calls_on_two_streams_use_a_workspace_each(root):
             y = plan.run(x, w)
         side.synchronize()
         assert torch.equal(y, expect)
-    assert len(plan._workspaces) == (2 if plan.workspace_bytes <= OWN_WORKSPACE_MAX else 0)
+    held = 2 * plan.workspace_bytes if plan.workspace_bytes <= OWN_WORKSPACE_MAX else 0
+    assert plan.held_bytes == held
     assert _error(plan, x, w, expect) <= _bound(plan)
+
+
+#: A run on a CuPy stream with torch tensors and the plan's own workspace (and y allocated
+#: per call), the stream destroyed, then everything freed and allocated again: with the
+#: workspace ``record_stream``-ed on that stream, torch's free recorded an event on a dead
+#: stream handle and the process crashed (segfault) at the next allocation. A subprocess, so
+#: a crash fails this test and not the whole run.
+_DEAD_STREAM = """
+import gc, sys, cupy, torch
+from wino.problem import Problem
+from wino.runtime import dispatch
+p = Problem(N=8, C=64, H=28, W=28, K=64, pad_h=1, pad_w=1, dtype="fp16")
+plan = dispatch(p, target="cuda", cache_root=sys.argv[1])
+x = torch.randn(p.N, p.H, p.W, p.C, device="cuda").half()
+w = torch.randn(p.K, 3, 3, p.C, device="cuda").half()
+expect = plan.run(x, w)
+torch.cuda.synchronize()
+outs = []
+for _ in range(3):
+    stream = cupy.cuda.Stream(non_blocking=True)
+    outs.append(plan.run(x, w, stream=stream))
+    stream.synchronize()
+    del stream  # cudaStreamDestroy: its handle is dead
+gc.collect()
+plan.release()
+torch.cuda.synchronize()
+assert all(torch.equal(y, expect) for y in outs)
+del outs
+gc.collect()
+y = plan.run(x, w)
+torch.cuda.synchronize()
+assert torch.equal(y, expect)
+print("ok")
+"""
+
+
+def test_a_destroyed_callers_stream_leaves_nothing_dangling(root):
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", _DEAD_STREAM, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_a_captured_run_keeps_no_workspace_on_the_plan(root):
+    """Captured with torch.cuda.graph without workspace=: the run's workspace comes from the
+    graph's memory pool (alive as long as the graph), not the plan's own, so the plan can
+    drop its workspaces (release) and the graph still replays right."""
+    p = PROBLEMS[0]
+    plan = dispatch(p, target="cuda", cache_root=root)
+    plan.release()
+    x, w = _operands(p, 9)
+    U = plan.transform_filter(w)
+    y = torch.empty(p.N, p.Ho, p.Wo, p.K, dtype=x.dtype, device="cuda")
+    plan.run(x, U=U, y=y)  # warm, on the current stream: one workspace of its own
+    torch.cuda.synchronize()
+    held = plan.held_bytes
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        plan.run(x, U=U, y=y)
+    assert plan.held_bytes == held
+    plan.release()
+    x.mul_(-0.5)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, plan.run(x, U=U))
+
+
+def test_a_plan_graph_holds_its_arrays(root):
+    import gc
+    import weakref
+
+    p = PROBLEMS[0]
+    plan = dispatch(p, target="cuda", cache_root=root)
+    x, w = _operands(p, 10)
+    y = torch.empty(p.N, p.Ho, p.Wo, p.K, dtype=x.dtype, device="cuda")
+    ws = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device="cuda")
+    graph = plan.graph(x, w, y=y, workspace=ws)
+    kept = weakref.ref(y), weakref.ref(ws)
+    del y, ws
+    gc.collect()
+    assert all(ref() is not None for ref in kept)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(graph.arrays[2], plan.run(x, w))
 
 
 def test_conv2d_reuse_filter_on_cuda_follows_the_weights_version(root):

@@ -68,6 +68,9 @@ def check_bias(plan, bias) -> None:
 #: The largest workspace a plan keeps for reuse when the caller gives none (bytes); larger
 #: ones are allocated per call by the array framework (whose caching allocator reuses them).
 OWN_WORKSPACE_MAX = 16 << 20
+#: How many of its own workspaces a plan keeps (one per stream or thread, the most recently
+#: used): streams and threads come and go, so the plan does not hold one for each forever.
+OWN_WORKSPACE_SLOTS = 8
 
 
 class Bound(NamedTuple):
@@ -331,15 +334,27 @@ class Backend:
 
     def own_workspace(self, plan, ctx):
         """The plan's own workspace for the call's stream (CUDA) or thread (host), allocated
-        once when it is at most OWN_WORKSPACE_MAX bytes; a larger one comes from the array
-        framework's allocator every call (its caching allocator), so plans do not hold it."""
-        if plan.workspace_bytes > OWN_WORKSPACE_MAX:
+        once when it is at most OWN_WORKSPACE_MAX bytes, at most OWN_WORKSPACE_SLOTS of them
+        (the least recently used one is dropped). A larger one, and one for a run being
+        captured into a CUDA graph (``keeps_workspace``: the graph's own memory pool must hold
+        it for as long as the graph lives, not the plan), comes from the array framework's
+        allocator per call, so plans do not hold it."""
+        if plan.workspace_bytes > OWN_WORKSPACE_MAX or not self.keeps_workspace(ctx):
             return self.raw_workspace(plan, None, ctx)
         slot = self.workspace_slot(ctx)
-        raw = plan._workspaces.get(slot)
+        held = plan._workspaces
+        raw = held.pop(slot, None)  # re-inserted below: the most recently used is last
         if raw is None:
-            raw = plan._workspaces[slot] = self.raw_workspace(plan, None, ctx)
+            raw = self.raw_workspace(plan, None, ctx)
+            for oldest in list(held)[: max(0, len(held) - OWN_WORKSPACE_SLOTS + 1)]:
+                held.pop(oldest, None)  # freed in order after its stream's work (cuda.py)
+        held[slot] = raw
         return raw
+
+    def keeps_workspace(self, ctx) -> bool:
+        """Whether a run in ``ctx`` may use a workspace the plan keeps (not while its stream
+        is being captured into a CUDA graph)."""
+        return True
 
     def chunk_launches(self, plan, images: int, xs, ys, views, u, fs):
         """(stage, a callable issuing it) per step of one batch chunk, in pipeline order, on

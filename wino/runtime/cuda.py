@@ -97,6 +97,8 @@ def libcuda() -> ctypes.CDLL:
         lib.cuLaunchKernel.restype = ctypes.c_int
         lib.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
         lib.cuFuncSetAttribute.restype = ctypes.c_int
+        lib.cuStreamIsCapturing.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+        lib.cuStreamIsCapturing.restype = ctypes.c_int
         _LIBCUDA = lib
     return _LIBCUDA
 
@@ -268,6 +270,13 @@ class CudaBackend(Backend):
     def workspace_slot(self, ctx: Context):
         return ctx.stream  # launches on one stream are ordered: its runs may share one
 
+    def keeps_workspace(self, ctx: Context) -> bool:
+        """Not while the call's stream is being captured: the graph would replay on memory
+        the plan may free (release, a dropped slot) while the graph lives."""
+        status = ctypes.c_int(0)
+        done = libcuda().cuStreamIsCapturing(ctx.stream, ctypes.byref(status))
+        return done == 0 and status.value == 0  # an error (legacy stream in a capture): no
+
     def _contiguous(self, array) -> bool:
         if is_torch(array):
             return array.is_contiguous()
@@ -309,15 +318,16 @@ class CudaBackend(Backend):
         return y, y
 
     def _new(self, ctx: Context | None, shape, torch_dtype, cupy_dtype):
-        """A new array (a torch tensor when x is one, else CuPy), allocated so that the
-        allocator orders its reuse after the call's stream."""
+        """A new array (a torch tensor when x is one, else CuPy) allocated on the call's
+        stream: the framework's caching allocator then reuses its memory only on that stream
+        (so in order) once it is freed. Never ``record_stream`` on the caller's stream: that
+        makes the free record an event on it, and a stream the caller destroyed before the
+        array is freed (a CuPy stream, a raw handle) would be a dangling handle there."""
         if ctx is not None and ctx.torch:
             torch = _torch()
             device = torch.device("cuda", ctx.device)
-            out = torch.empty(shape, dtype=torch_dtype, device=device)
-            if ctx.stream != _torch_current_stream(ctx.device):
-                out.record_stream(torch.cuda.ExternalStream(ctx.stream, device=device))
-            return out
+            with self._torch_on(ctx):
+                return torch.empty(shape, dtype=torch_dtype, device=device)
         with self._on(ctx):
             return self.cupy.empty(shape, dtype=cupy_dtype)
 
@@ -326,11 +336,14 @@ class CudaBackend(Backend):
         if ctx is None:
             return contextlib.nullcontext()
         if ctx.stream not in self._streams:
+            if len(self._streams) >= 64:  # wrappers of handles only: cheap to make again
+                self._streams.clear()
             self._streams[ctx.stream] = self.cupy.cuda.ExternalStream(ctx.stream)
         return self._streams[ctx.stream]
 
     def _torch_on(self, ctx: Context | None):
-        """The call's stream as torch's current stream (for torch copies), when it is not."""
+        """The call's stream as torch's current stream (for torch copies and allocations),
+        when it is not."""
         if ctx is None or ctx.stream == _torch_current_stream(ctx.device):
             return contextlib.nullcontext()
         torch = _torch()

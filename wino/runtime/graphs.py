@@ -15,12 +15,15 @@ from .arrays import is_torch
 
 
 class PlanGraph:
-    """A captured run: ``replay(stream=None)`` re-issues every launch on the captured arrays."""
+    """A captured run: ``replay(stream=None)`` re-issues every launch on the captured arrays.
+    It holds those arrays (x, w, y, workspace, U, bias) for as long as it lives: a replay
+    reads and writes them where the capture did, so none may be freed before the graph."""
 
     def __init__(self, plan, replay, graph: Any = None):
         self.plan = plan
         self._replay = replay
         self.graph = graph  # torch.cuda.CUDAGraph, cupy.cuda.graph.Graph, or None (host)
+        self.arrays: tuple = ()  # (x, w, y, workspace, U, bias) as captured (capture sets it)
 
     def replay(self, stream=None) -> None:
         self._replay(stream)
@@ -37,11 +40,15 @@ def capture(plan, x, w, y, workspace, U, bias=None) -> PlanGraph:
     _required(y, workspace)
     # eager first: module loads, handles, checks
     plan.run(x, w, y=y, workspace=workspace, U=U, bias=bias)
+    arrays = (x, w, y, workspace, U, bias)
     if plan.target is not Target.CUDA:
-        return PlanGraph(plan, lambda stream: plan.run(x, w, y, workspace, U, stream, bias))
-    if is_torch(x):
-        return _torch_graph(plan, x, w, y, workspace, U, bias)
-    return _cupy_graph(plan, x, w, y, workspace, U, bias)
+        graph = PlanGraph(plan, lambda stream: plan.run(x, w, y, workspace, U, stream, bias))
+    elif is_torch(x):
+        graph = _torch_graph(plan, x, w, y, workspace, U, bias)
+    else:
+        graph = _cupy_graph(plan, x, w, y, workspace, U, bias)
+    graph.arrays = arrays
+    return graph
 
 
 def _torch_graph(plan, x, w, y, workspace, U, bias) -> PlanGraph:

@@ -158,6 +158,22 @@ class Plan:
         return "\n".join(lines)
 
     # Running ---------------------------------------------------------------------------------
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the plan's own workspaces held now (``run`` without ``workspace=``: one per
+        stream on CUDA, per thread on the host, up to OWN_WORKSPACE_SLOTS)."""
+        return sum(int(raw.nbytes) for raw in list(self._workspaces.values()))  # numpy, CuPy, torch
+
+    def release(self) -> None:
+        """Drop what the plan holds between runs: its own workspaces, the last checked call's
+        arrays and ``conv2d(reuse_filter=True)``'s filters. Safe at any time: on CUDA a
+        workspace was allocated on the one stream it serves (never captured into a graph),
+        so the framework's allocator reuses it in order after that stream's work. The next
+        run checks its arrays and allocates again."""
+        self._workspaces.clear()
+        self._bound = None
+        self._filters.clear()
+
     def backend(self):
         if self._backend is None:
             self._backend = registry.backend_for(self.target, self.manifest)
