@@ -54,12 +54,54 @@ def _manifest(root):
     return path
 
 
+def _index(path) -> cache.Index:
+    index, _ = cache._read_index(path)
+    assert index is not None
+    return index
+
+
 def test_the_build_writes_an_index_of_its_manifest(root):
     path = _manifest(root)
-    index = json.loads((path.parent / cache.INDEX).read_text())
-    assert index["manifest_sha256"] == cache._sha256(path.read_bytes())
-    assert set(index["kernels"]) == set(json.loads(path.read_text())["kernels"])
-    assert set(index["declared"]) == set(cache.STAMPED)
+    lines = (path.parent / cache.INDEX).read_text().splitlines()
+    header = json.loads(lines[0])  # JSON lines: the header, then one line per section
+    assert header["manifest_sha256"] == cache._sha256(path.read_bytes())
+    assert len(lines) == 1 + len(header["sections"])
+    index = _index(path)
+    kernels = json.loads(path.read_text())["kernels"]
+    grouped = {n: g for g in index.groups() for n in index.section(g)}
+    assert set(grouped) == set(kernels) and header["kernels"] == len(kernels)
+    for name, group in grouped.items():  # each kernel in the group of its stage, tile, io
+        assert group == cache.group_key(kernels[name]["stage"], kernels[name]["spec"])
+    for kind in cache.STAMPED:
+        assert index.section(f"declared {kind}")["sha256"]
+
+
+def test_the_index_is_trusted_by_the_manifests_file_state_or_its_hash(root, tmp_path):
+    """Published in place: the manifest's file state is recorded and a reader does not read
+    it; a copy (new inode and ctime) is hashed, and trusted when its bytes are the same."""
+    path = _manifest(root)
+    data = json.loads(path.read_text())
+    cache.write_manifest(path.parent, data)  # published here: the state is recorded
+    index, raw = cache._read_index(path)
+    assert index is not None and raw is None and index.header["manifest_state"]
+    copy = tmp_path / "copy" / path.parent.parent.name / path.parent.name
+    shutil.copytree(path.parent, copy)
+    index, raw = cache._read_index(copy / cache.MANIFEST)
+    assert index is not None and raw == path.read_bytes()  # hashed, same bytes
+    (copy / cache.MANIFEST).write_bytes(raw.replace(b'"format"', b' "format"', 1))
+    assert cache._read_index(copy / cache.MANIFEST)[0] is None
+
+
+def test_an_indexed_manifest_parses_only_the_groups_it_reads(root, validations):
+    path = _manifest(root)
+    kernels = cache.parse_manifest(path).kernels
+    name, entry = next(iter(json.loads(path.read_text())["kernels"].items()))
+    spec = entry["spec"]
+    assert name in kernels.names_of(entry["stage"], spec["tile"], spec["io"])
+    assert name in kernels and kernels[name].name == name
+    assert kernels._read == {cache.group_key(entry["stage"], spec)}  # that group alone
+    assert "no_such_kernel" not in kernels  # a name of no group read: every group is read
+    assert kernels._read == set(kernels._index.groups()) and validations == []
 
 
 def test_an_indexed_manifest_equals_the_validated_one(root, validations):

@@ -68,7 +68,9 @@ def from_data(data: dict, path: Path, probing: bool = True) -> tuple[Crossover, 
     out = []
     for entry in data["rules"]:
         where = f"{path}:{lines.get(entry['id'], '?')}"
-        rule = Rule(entry["id"], Scope.PROBLEM, (), entry["when"], entry["reason"], where)
+        rule = Rule(
+            entry["id"], Scope.PROBLEM, (), entry["when"], entry["reason"], where, not probing
+        )
         if probing:
             probe(rule, params)
         out.append(Crossover(rule, Algorithm(entry["algorithm"])))

@@ -152,21 +152,28 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
     config.validate(manifest, "manifest", str(directory / MANIFEST))
     text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
     path = atomic_write(directory / MANIFEST, text)
-    index = runtime_index(path, manifest, text)
+    index = runtime_index(path, manifest, text, _published_state(path, text))
     if index is None:
         (directory / INDEX).unlink(missing_ok=True)
     else:
-        atomic_write(directory / INDEX, json.dumps(index, sort_keys=True, separators=(",", ":")))
+        atomic_write(directory / INDEX, index)
     return path
 
 
 # The runtime index ------------------------------------------------------------------------------
 #: Beside each manifest: what a dispatch needs of it, in a form that loads in a millisecond, with
-#: the build's validation stamp. It is derived data: trusted only while ``manifest_sha256`` is the
-#: sha256 of the manifest's bytes and the schemas hash as they did (else the manifest is read and
-#: validated as always), so a changed or hand-edited manifest is still validated in full.
-INDEX = "manifest.index.json"
-INDEX_FORMAT = 1
+#: the build's validation stamp. It is derived data: trusted only for the manifest it was made
+#: from (its file state as published, else the sha256 of its bytes) and while the schemas hash as
+#: they did (else the manifest is read and validated as always), so a changed or hand-edited
+#: manifest is still validated in full.
+#:
+#: JSON lines: a header line (format, the manifest's sha256 and file state, the schema's
+#: sha256, the manifest's header fields, and where each section lies), then one line per
+#: section: ``abis`` (the distinct abi records), ``declared <kind>`` (the stamped YAML files)
+#: and ``kernels <stage> <tile> <io>`` (the records of one group, by name). A reader parses the
+#: header and only the sections it uses: a dispatch reads a few kernel groups of the hundred.
+INDEX = "manifest.index.jsonl"
+INDEX_FORMAT = 2
 #: A kernel's record in the index: these manifest fields in this order, the abi by its number.
 INDEX_FIELDS = ("stage", "spec", "binary", "sha256", "registers", "spills", "abi")
 #: The declared files the runtime reads (spec axes and the default pick order; the rule book; the
@@ -179,31 +186,68 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def runtime_index(path: Path, manifest: dict[str, Any], text: str) -> dict[str, Any] | None:
-    """The index of a manifest the schema accepted (``text`` as published at ``path``), or None
-    when an entry would be refused on reading (the reader then refuses the manifest itself)."""
+def _state(path: Path) -> list[int] | None:
+    """[size, mtime, ctime, inode] of a file: any write to it, or a file renamed over it,
+    changes it (ctime cannot be put back); None when it is absent."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _published_state(path: Path, text: str) -> list[int] | None:
+    """The file state of the manifest just published at ``path``, when the file there still
+    holds exactly ``text`` (another publisher may have renamed over it); else None."""
+    before = _state(path)
+    try:
+        same = path.read_bytes() == text.encode("utf-8")
+    except OSError:
+        return None
+    return before if same and _state(path) == before else None
+
+
+def group_key(stage: str, spec: dict[str, Any]) -> str:
+    """The index section of a kernel's record: its stage, tile and io dtype."""
+    return f"kernels {stage} {spec.get('tile')} {spec.get('io')}"
+
+
+def runtime_index(
+    path: Path, manifest: dict[str, Any], text: str, state: list[int] | None = None
+) -> str | None:
+    """The index of a manifest the schema accepted (``text`` as published at ``path``, its
+    file ``state`` then), or None when an entry would be refused on reading (the reader then
+    refuses the manifest itself)."""
     try:
         for name, fields in manifest["kernels"].items():
             _entry(path, manifest["target"], name, fields)
     except CacheError:
         return None
     abis: list[dict[str, Any]] = []
-    kernels = {}
+    sections: dict[str, Any] = {"abis": abis}
+    sections.update({f"declared {kind}": _declared_stamp(kind) for kind in STAMPED})
     for name, fields in sorted(manifest["kernels"].items()):  # the same bytes from any build
         if fields["abi"] not in abis:
             abis.append(fields["abi"])
         record = {**fields, "abi": abis.index(fields["abi"])}
-        kernels[name] = [record.get(key) for key in INDEX_FIELDS]
-    header = {k: manifest[k] for k in ("format", "target", "flavor", "toolchain")}
-    return {
+        group = sections.setdefault(group_key(fields["stage"], fields["spec"]), {})
+        group[name] = [record.get(key) for key in INDEX_FIELDS]
+    lines, where, at = [], {}, 0
+    for key, value in sections.items():
+        line = json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n"
+        where[key] = [at, len(line.encode("utf-8"))]
+        lines.append(line)
+        at += where[key][1]
+    header = {
         "index_format": INDEX_FORMAT,
         "manifest_sha256": _sha256(text.encode("utf-8")),
+        "manifest_state": state,
         "schema_sha256": config.schema_sha256("manifest"),
-        "manifest": header,
-        "abis": abis,
-        "kernels": kernels,
-        "declared": {kind: _declared_stamp(kind) for kind in STAMPED},
+        "manifest": {k: manifest[k] for k in ("format", "target", "flavor", "toolchain")},
+        "kernels": len(manifest["kernels"]),
+        "sections": where,
     }
+    return json.dumps(header, sort_keys=True, separators=(",", ":")) + "\n" + "".join(lines)
 
 
 def _declared_stamp(kind: str) -> dict[str, Any]:
@@ -222,55 +266,125 @@ def _declared_stamp(kind: str) -> dict[str, Any]:
     return {"sha256": _sha256(raw), "schema_sha256": config.schema_sha256(kind), "data": data}
 
 
-def _read_index(directory: Path, raw: bytes) -> dict[str, Any] | None:
-    """The index beside a manifest whose bytes are ``raw``, when it is of this manifest's exact
-    content and of these schemas; None otherwise (absent, stale, unreadable, another format)."""
+class Index:
+    """A runtime index as read: its header, and its sections parsed on first use."""
+
+    def __init__(self, header: dict[str, Any], blob: bytes, start: int):
+        self.header, self._blob, self._start = header, blob, start
+        self._parsed: dict[str, Any] = {}
+
+    def section(self, key: str) -> Any:
+        """A section's data (None when the index has no such section)."""
+        if key not in self._parsed:
+            where = self.header["sections"].get(key)
+            if where is None:
+                return None
+            begin = self._start + where[0]
+            self._parsed[key] = json.loads(self._blob[begin : begin + where[1]])
+        return self._parsed[key]
+
+    def groups(self) -> list[str]:
+        """The kernel group sections' keys."""
+        return [key for key in self.header["sections"] if key.startswith("kernels ")]
+
+
+def _read_index(path: Path) -> tuple[Index | None, bytes | None]:
+    """(the index beside the manifest at ``path`` when it is of this manifest and of these
+    schemas, else None; the manifest's bytes when they were read to tell). The manifest is
+    hashed only when its file state is not the one the build published (a copied or
+    installed cache): the state of a file changes with any write to it or rename over it."""
     try:
-        index = json.loads((directory / INDEX).read_bytes())
+        blob = (path.parent / INDEX).read_bytes()
+        start = blob.index(b"\n") + 1
+        header = json.loads(blob[:start])
     except (OSError, ValueError):
-        return None
-    if not isinstance(index, dict) or index.get("index_format") != INDEX_FORMAT:
-        return None
-    if index.get("schema_sha256") != config.schema_sha256("manifest"):
-        return None
-    if index.get("manifest_sha256") != _sha256(raw):
-        return None
-    return index
+        return None, None
+    if not isinstance(header, dict) or header.get("index_format") != INDEX_FORMAT:
+        return None, None
+    if header.get("schema_sha256") != config.schema_sha256("manifest"):
+        return None, None
+    index = Index(header, blob, start)
+    state = header.get("manifest_state")
+    if state is not None and _state(path) == state:
+        return index, None
+    raw = path.read_bytes()
+    return (index if header.get("manifest_sha256") == _sha256(raw) else None), raw
 
 
 class IndexedKernels(Mapping):
-    """A manifest's kernels read from its index: an entry is checked and made a CachedKernel
-    on first access (a dispatch touches the few its plan runs; the ranking reads the specs of
-    one stage, tile and dtype)."""
+    """A manifest's kernels read from its index: a group of records (one stage, tile and io
+    dtype) is parsed on first use, and an entry is checked and made a CachedKernel on first
+    access (a dispatch touches the few its plan runs; the ranking reads the specs of one
+    stage, tile and dtype)."""
 
-    def __init__(self, path: Path, target: str, records: dict[str, list], abis: list[dict]):
-        self._path, self._target, self._records, self._abis = path, target, records, abis
+    def __init__(self, path: Path, target: str, index: Index):
+        self._path, self._target, self._index = path, target, index
+        self._where: dict[str, str] = {}  # kernel name -> its group, for the groups parsed
+        self._read: set[str] = set()  # the groups parsed
         self._made: dict[str, CachedKernel] = {}
+        self._specs: dict[str, StageSpec] = {}
+
+    def _group(self, key: str) -> dict[str, list]:
+        records = self._index.section(key) or {}
+        if key not in self._read:
+            self._read.add(key)
+            self._where.update(dict.fromkeys(records, key))
+        return records
+
+    def _record(self, name: str) -> list | None:
+        key = self._where.get(name)
+        if key is None:  # not in a group read so far: read them all (a name alone has none)
+            for group in self._index.groups():
+                self._group(group)
+            key = self._where.get(name)
+        return None if key is None else self._group(key)[name]
 
     def __getitem__(self, name: str) -> CachedKernel:
         made = self._made.get(name)
         if made is None:
-            fields = dict(zip(INDEX_FIELDS, self._records[name], strict=True))
-            fields["symbol"], fields["abi"] = name, self._abis[fields["abi"]]
+            record = self._record(name)
+            if record is None:
+                raise KeyError(name)
+            fields = dict(zip(INDEX_FIELDS, record, strict=True))
+            fields["symbol"], fields["abi"] = name, self._index.section("abis")[fields["abi"]]
             made = self._made[name] = _entry(self._path, self._target, name, fields)
         return made
 
     def __contains__(self, name: object) -> bool:
-        return name in self._records
+        return isinstance(name, str) and self._record(name) is not None
 
     def __iter__(self):
-        return iter(self._records)
+        for group in self._index.groups():
+            yield from self._group(group)
 
     def __len__(self) -> int:
-        return len(self._records)
+        return self._index.header["kernels"]
 
     def names_of(self, stage: str, tile: str, io: str) -> list[str]:
         """The kernels of one stage, tile and io dtype, by their recorded spec fields."""
+        return list(self._group(group_key(stage, {"tile": tile, "io": io})))
+
+    def specs_of(self, stage, tile, io, xdtype=None, epilogue=None) -> list[StageSpec]:
+        """``Manifest.specs_of`` on the index: the records filtered before any spec is made."""
+        wanted = {"xdtype": xdtype, "epilogue": epilogue}
+        wanted = {field: value.value for field, value in wanted.items() if value is not None}
+        group = self._group(group_key(stage.short, {"tile": tile.name, "io": io.value}))
         return [
-            name
-            for name, (st, spec, *_) in self._records.items()
-            if st == stage and spec.get("tile") == tile and spec.get("io") == io
+            self.spec(name)
+            for name, (_, fields, *_) in group.items()
+            if all(fields.get(field, value) == value for field, value in wanted.items())
         ]
+
+    def spec(self, name: str) -> StageSpec:
+        """A kernel's spec alone (the ranking's view; no entry made): the build checked that
+        every entry of this exact content names its spec (``runtime_index``), so the index's
+        name is the spec's name."""
+        spec = self._specs.get(name)
+        if spec is None:
+            stage, fields = self._record(name)[:2]
+            spec = self._specs[name] = spec_from_fields(stage, fields)
+            spec.__dict__["name"] = name  # the cached kernel_name (wino.specs)
+        return spec
 
 
 @dataclass(frozen=True)
@@ -342,12 +456,14 @@ class Manifest:
     kernels: Mapping[str, CachedKernel]  # a dict, or IndexedKernels (made on first access)
     source: CacheSource | None = None  # where the search path found it (None: read directly)
 
-    def specs_of(self, stage, tile, io) -> list[StageSpec]:
+    def specs_of(self, stage, tile, io, xdtype=None, epilogue=None) -> list[StageSpec]:
         """The specs of the kernels of one stage, tile and io dtype (a ``pick.Ranking``
-        source: only these entries are read)."""
+        source: only these entries are read). ``xdtype`` and ``epilogue``, when given, leave
+        out the kernels whose recorded spec has another value of that field (the ranking
+        would pass them over: it filters the specs on the same fields)."""
         kernels = self.kernels
         if isinstance(kernels, IndexedKernels):
-            return [kernels[n].spec for n in kernels.names_of(stage.short, tile.name, io.value)]
+            return kernels.specs_of(stage, tile, io, xdtype, epilogue)
         specs = (k.spec for k in kernels.values())
         return [s for s in specs if s.stage is stage and s.tile == tile and s.io is io]
 
@@ -496,8 +612,7 @@ def parse_manifest(path: Path, source: CacheSource | None = None) -> Manifest:
     path = Path(path)
     directory = path.parent
     folder_target = directory.parent.name
-    raw = path.read_bytes()
-    index = _read_index(directory, raw)
+    index, raw = _read_index(path)
     if index is not None:  # this exact content was validated by the build
         return _indexed(path, index, source)
     data = _load_json(path, folder_target, raw)
@@ -514,14 +629,15 @@ def parse_manifest(path: Path, source: CacheSource | None = None) -> Manifest:
     )
 
 
-def _indexed(path: Path, index: dict[str, Any], source: CacheSource | None) -> Manifest:
+def _indexed(path: Path, index: Index, source: CacheSource | None) -> Manifest:
     """The Manifest of a matching index: the stamped declared files offered to wino.config,
     the kernels made on first access."""
-    header = index["manifest"]
+    header = index.header["manifest"]
     _check_folder(path, header)
-    for kind, stamp in index["declared"].items():
+    for kind in STAMPED:
+        stamp = index.section(f"declared {kind}")
         config.stamp(kind, stamp["sha256"], stamp["schema_sha256"], stamp["data"])
-    kernels = IndexedKernels(path, header["target"], index["kernels"], index["abis"])
+    kernels = IndexedKernels(path, header["target"], index)
     return Manifest(
         Target(header["target"]),
         header["flavor"],

@@ -106,9 +106,10 @@ def candidates(
 
 class Ranking:
     """The declared order over a given set of specs (a manifest's), per stage, tile and dtype
-    pair, computed on first use; ties are broken by kernel name. ``source(stage, tile, io)``,
-    when given instead of ``specs``, yields the specs of one stage, tile and io dtype on first
-    use (``cache.Manifest.specs_of``: a dispatch reads only the entries it ranks)."""
+    pair, computed on first use; ties are broken by kernel name. ``source(stage, tile, io,
+    xdtype, epilogue)``, when given instead of ``specs``, yields the specs of one stage, tile
+    and io dtype on first use, and may leave out those of another xdtype or epilogue
+    (``cache.Manifest.specs_of``: a dispatch reads only the entries it ranks)."""
 
     def __init__(self, specs: Iterable[StageSpec] = (), source=None):
         self._specs = tuple(sorted(specs, key=lambda spec: spec.name))
@@ -122,7 +123,8 @@ class Ranking:
         if key not in self._memo:
             specs = self._specs
             if self._source is not None:
-                specs = sorted(self._source(stage, tile, io), key=lambda spec: spec.name)
+                found = self._source(stage, tile, io, xdtype, epilogue)
+                specs = sorted(found, key=lambda spec: spec.name)
             self._memo[key] = _ranked(specs, stage, tile, io, xdtype, epilogue)
         return self._memo[key]
 

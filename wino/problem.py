@@ -196,7 +196,7 @@ class Problem:
         return 2 * self.N * self.K * self.Ho * self.Wo * self.Cg * self.R * self.S
 
     def with_batch(self, n: int) -> Problem:
-        return replace(self, N=n)
+        return self if n == self.N else replace(self, N=n)
 
     def label(self) -> str:
         extra = ""

@@ -171,6 +171,9 @@ class Rule:
     when: str
     message: str
     where: str = "refusals.yaml"  # file:line of the rule, for messages
+    #: Its condition passed ``_compile``'s checks and the probes when the build stamped this
+    #: exact rule book (wino.config.stamped): it is parsed, not checked again, at run time.
+    checked: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scope", coerce(Scope, self.scope, f"rule {self.id}: scope"))
@@ -180,18 +183,26 @@ class Rule:
 
     @property
     def code(self) -> ast.Expression:
+        if self.checked:
+            return _parse(self.when)
         return _compile(self.when, self.id, self.where)
 
     def names(self) -> frozenset[str]:
         return _names(self.when, self.id, self.where)
 
-    def fires(self, namespace: dict[str, Any]) -> bool:
-        code = self.code  # a syntax error or a forbidden construct is a ConfigError first
+    def check_names(self, namespace: dict[str, Any]) -> None:
+        """ConfigError when the condition uses a name ``namespace`` lacks (any branch)."""
         missing = [name for name in self.names() if name not in namespace]
         if missing:
             raise self._error(f"condition uses unknown name(s) {sorted(missing)}")
+
+    def fires(self, namespace: dict[str, Any]) -> bool:
+        code = self.code  # a syntax error or a forbidden construct is a ConfigError first
         try:
             return bool(evaluate(code, namespace))
+        except simpleeval.NameNotDefined as err:
+            self.check_names(namespace)  # names every missing one
+            raise self._error(f"condition `{self.when}`: {err}") from None
         except (_RuleValueError, ArithmeticError, TypeError) as err:
             raise self._error(f"condition `{self.when}` cannot be evaluated: {err}") from None
         except simpleeval.InvalidExpression as err:
@@ -229,6 +240,12 @@ class Rule:
         except (ValueError, TypeError) as err:
             raise self._error(f"message cannot be formatted: {err}") from None
         return Refused(self.id, text)
+
+
+@cache
+def _parse(expression: str) -> ast.Expression:
+    """A condition ``_compile`` accepted before (a stamped rule book's), parsed."""
+    return ast.parse(expression, mode="eval")
 
 
 @cache
@@ -282,8 +299,10 @@ def _rule_lines(path: Path) -> dict[str, int]:
     """Line of each rule's ``- id:`` in the file (for file:line in messages)."""
     text = path.read_text(encoding="utf-8")
     lines: dict[str, int] = {}
+    line, counted = 1, 0
     for match in _RULE_ID.finditer(text):
-        lines.setdefault(match[1], text.count("\n", 0, match.start()) + 1)
+        line, counted = line + text.count("\n", counted, match.start()), match.start()
+        lines.setdefault(match[1], line)
     return lines
 
 
@@ -305,7 +324,10 @@ def book(data: dict, probing: bool = True) -> tuple[dict[str, int], tuple[Rule, 
         for entry in data[f"{scope.value}_rules"]:
             stages = tuple(entry.get("stages", ()))
             where = f"{path}:{lines.get(entry['id'], '?')}"
-            rules.append(Rule(entry["id"], scope, stages, entry["when"], entry["message"], where))
+            checked = not probing  # a stamped rule book: compiled and probed at build time
+            rules.append(
+                Rule(entry["id"], scope, stages, entry["when"], entry["message"], where, checked)
+            )
     ids = [r.id for r in rules]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
@@ -343,6 +365,7 @@ def probe(rule: Rule, params: dict[str, Any]) -> None:
             for p in _PROBE_PROBLEMS[:1]
         ]
     for namespace in namespaces:
+        rule.check_names(namespace)  # every branch's names, not only the evaluated ones
         rule.fires(namespace)
         rule.refusal(namespace)
 
@@ -397,8 +420,8 @@ def _problem_ns(problem: Problem, params: dict[str, Any], tile: Tile | None = No
     ns.update(dtype=problem.dtype.short, Cg=problem.Cg, Kg=problem.Kg)
     ns["Ho"], ns["Wo"] = problem.Ho, problem.Wo
     if problem.R == 3 and problem.S == 3 and problem.stride_h == 1 and problem.stride_w == 1:
-        tiles = (tile,) if tile is not None else TILES
-        ns["max_elems_one_image"] = max(elems_one_image(problem.with_batch(1), t) for t in tiles)
+        tiles, one = ((tile,) if tile is not None else TILES), problem.with_batch(1)
+        ns["max_elems_one_image"] = max(elems_one_image(one, t) for t in tiles)
     else:
         ns["max_elems_one_image"] = 0  # the shape rules fire first
     return ns

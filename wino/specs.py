@@ -12,6 +12,7 @@ the tuning DB.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
@@ -28,6 +29,13 @@ _VOCAB = {
 }
 
 
+@functools.cache
+def _field_kinds(cls: type) -> tuple[tuple[str, type | None], ...]:
+    """(name, its vocabulary Enum or Tile, None for an int) of a spec class's fields but
+    ``extra``, in order: what ``__post_init__`` checks."""
+    return tuple((f.name, _VOCAB.get(f.type)) for f in fields(cls) if f.name != "extra")
+
+
 class _Spec:
     """Shared behaviour of the stage specs (field coercion, checks, naming, dict views)."""
 
@@ -35,17 +43,16 @@ class _Spec:
     name_format: ClassVar[str]  # the name grammar: fields (short forms) in a fixed order
 
     def __post_init__(self) -> None:
-        for f in fields(self):  # type: ignore[arg-type]
-            if f.name == "extra":
-                continue
-            value = getattr(self, f.name)
-            label = f"{type(self).__name__}.{f.name}"
-            if f.type in _VOCAB:  # the member or its string value; lists the valid ones
-                object.__setattr__(self, f.name, coerce(_VOCAB[f.type], value, label))
-            elif not isinstance(value, numbers.Integral) or isinstance(value, bool):
-                raise ValueError(f"{label}: expected int, got {value!r}")
-            else:
-                object.__setattr__(self, f.name, int(value))  # numpy integers become ints
+        for name, vocab in _field_kinds(type(self)):
+            value = getattr(self, name)
+            if vocab is not None:  # the member or its string value; lists the valid ones
+                if not isinstance(value, vocab):
+                    label = f"{type(self).__name__}.{name}"
+                    object.__setattr__(self, name, coerce(vocab, value, label))
+            elif type(value) is not int:
+                if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+                    raise ValueError(f"{type(self).__name__}.{name}: expected int, got {value!r}")
+                object.__setattr__(self, name, int(value))  # numpy integers become ints
         if getattr(self, "vec", 1) not in VECS:
             raise ValueError(f"{type(self).__name__}.vec: expected one of {VECS}, got {self.vec}")
         object.__setattr__(self, "extra", self._checked_extra())
@@ -53,6 +60,8 @@ class _Spec:
     def _checked_extra(self) -> tuple[tuple[str, int], ...]:
         """The YAML-declared axis values: known names, checked types, defaults dropped, in
         declaration order (so equal specs compare, hash and name equal)."""
+        if not self.extra:
+            return ()
         declared = axes.of_stage(self.stage.short)
         given = dict(self.extra)
         unknown = set(given) - set(declared)
@@ -79,8 +88,9 @@ class _Spec:
         """(C type, name, value) of every declared axis of the stage (defaults included)."""
         return [(a.ctype, n, getattr(self, n)) for n, a in axes.of_stage(self.stage.short).items()]
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
+        """``kernel_name`` of this spec (computed once: a spec is immutable)."""
         return kernel_name(self)
 
     def fields_dict(self) -> dict[str, Any]:
@@ -238,7 +248,7 @@ def spec_from_fields(stage: Stage | str, values: dict[str, Any]) -> StageSpec:
     """Build a stage's spec from plain values (a grid point or a manifest entry)."""
     stage = Stage(stage) if isinstance(stage, str) else stage
     cls = SPEC_CLASSES[stage]
-    known = {f.name for f in fields(cls)} - {"extra"}
+    known = {name for name, _ in _field_kinds(cls)}
     declared = axes.of_stage(stage.short)
     unknown = set(values) - known - set(declared)
     if unknown:

@@ -171,6 +171,9 @@ class Tile:
 
     @classmethod
     def parse(cls, text: str) -> Tile:
+        known = _TILE_NAMES.get(text)
+        if known is not None:
+            return known
         body = text.upper().removeprefix("F")
         try:
             rows, cols = (int(part) for part in body.split("X"))
@@ -192,6 +195,9 @@ TILES: tuple[Tile, ...] = tuple(
     for mh, mw in [(2, 2), (4, 4), (6, 6), (6, 4), (4, 6), (6, 2), (2, 6), (4, 2), (2, 4)]
 )
 
+#: Each tile by its name (Tile.parse's fast path; other spellings are parsed).
+_TILE_NAMES: dict[str, Tile] = {tile.name: tile for tile in TILES}
+
 VECS: tuple[int, ...] = (1, 2, 4, 8)
 
 
@@ -201,13 +207,17 @@ def coerce(cls: type, value: object, what: str):
     that names nothing is a ValueError listing the valid values; any other type a TypeError."""
     if isinstance(value, cls):
         return value
-    valid = [t.name for t in TILES] if cls is Tile else [m.value for m in cls]
     if not isinstance(value, str):
         raise TypeError(
-            f"{what}: expected a {cls.__name__} or one of {valid}, got "
+            f"{what}: expected a {cls.__name__} or one of {_valid(cls)}, got "
             f"{type(value).__name__} {value!r}"
         )
     try:
         return cls.parse(value) if hasattr(cls, "parse") else cls(value)
     except ValueError:
-        raise ValueError(f"{what}: {value!r} is not one of {valid}") from None
+        raise ValueError(f"{what}: {value!r} is not one of {_valid(cls)}") from None
+
+
+def _valid(cls: type) -> list[str]:
+    """The valid string values of an Enum above (or Tile), for messages."""
+    return [t.name for t in TILES] if cls is Tile else [m.value for m in cls]

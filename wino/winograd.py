@@ -28,34 +28,36 @@ POINTS: dict[int, tuple[Fraction, ...]] = {
 Matrix = tuple[tuple[Fraction, ...], ...]
 
 
-def _poly_from_roots(roots: list[Fraction], n: int) -> tuple[Fraction, ...]:
+def _poly_from_roots(roots: list, n: int) -> tuple[Fraction, ...]:
     """Coefficients (increasing power, padded to n) of prod (x - r)."""
-    coeffs = [Fraction(1)]
-    for root in roots:
-        shifted = [Fraction(0)] + coeffs  # x * p
-        scaled = [-root * c for c in coeffs] + [Fraction(0)]  # -root * p
-        coeffs = [a + b for a, b in zip(shifted, scaled, strict=True)]
-    return tuple(coeffs + [Fraction(0)] * (n - len(coeffs)))
+    coeffs = [1]
+    for root in roots:  # x * p - root * p
+        coeffs = [a - root * b for a, b in zip([0, *coeffs], [*coeffs, 0], strict=True)]
+    return tuple(Fraction(c) for c in coeffs) + (Fraction(0),) * (n - len(coeffs))
 
 
 @cache
 def matrices(m: int) -> tuple[Matrix, Matrix, Matrix]:
-    """(At, G, Bt) for F(m, 3) as tuples of Fractions: At is m x n, G is n x 3, Bt is n x n."""
+    """(At, G, Bt) for F(m, 3) as tuples of Fractions: At is m x n, G is n x 3, Bt is n x n.
+    Integer points are multiplied out as ints (exact, and much faster than Fractions)."""
     if m not in POINTS:
         raise ValueError(f"F({m},3): no interpolation points; supported m are {sorted(POINTS)}")
     points = list(POINTS[m])
+    if all(p.denominator == 1 for p in points):
+        points = [int(p) for p in points]
     n = m + R - 1
     at = tuple(
-        tuple(points[j] ** i for j in range(n - 1)) + (Fraction(int(i == m - 1)),) for i in range(m)
+        tuple(Fraction(points[j] ** i) for j in range(n - 1)) + (Fraction(int(i == m - 1)),)
+        for i in range(m)
     )
     g_rows = []
     bt_rows = []
     for j, aj in enumerate(points):
         others = points[:j] + points[j + 1 :]
-        f_j = Fraction(1)
+        f_j = 1
         for al in others:
             f_j *= aj - al
-        g_rows.append(tuple(aj**k / f_j for k in range(R)))
+        g_rows.append(tuple(Fraction(aj**k) / f_j for k in range(R)))
         bt_rows.append(_poly_from_roots(others, n))
     g_rows.append((Fraction(0), Fraction(0), Fraction(1)))
     bt_rows.append(_poly_from_roots(points, n))
