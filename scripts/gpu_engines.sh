@@ -12,16 +12,8 @@
 # BENCH_LIMIT (s, default 270) bounds each dtype's sweep: the CSV is merged after every case, so
 # a sweep cut short still gives the table of the cases it measured (one `run` call: 600 s).
 set -u -o pipefail
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-status=0
-step() {  # step LIMIT LOG COMMAND...
-  local limit=$1 log=$2
-  shift 2
-  echo "== $*" | tee -a "$OUT/$log"
-  timeout "$limit" "$@" 2>&1 | tee -a "$OUT/$log" || status=1
-}
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"  # $OUT, status, step LIMIT LOG COMMAND...
 step "${BUILD_LIMIT:-300}" build.log python3 -m doit -n "${JOBS:-16}" compile:cuda
 python3 - "$OUT/cases.txt" <<'PY' || status=1
 import sys

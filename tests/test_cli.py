@@ -194,3 +194,29 @@ def test_explain_marks_the_tile_dispatch_picks(capsys, monkeypatch, tmp_path):
     marks = {line.split(":")[0]: line for line in out.splitlines() if "<- dispatch" in line}
     assert set(marks) == {"F2x2", "F4x4"}
     assert marks["F2x2"].endswith("(c: tuning DB)") and "(cuda: default rule" in marks["F4x4"]
+
+
+def test_explain_reads_the_tuning_db_beside_the_cache_dispatch_finds(capsys, monkeypatch, tmp_path):
+    """No $WINO_BUILD: dispatch finds ./build's cache (before the checkout's build folder,
+    where a build writes) and follows the tuning DB beside it; so does --explain."""
+    from wino import cache
+    from wino.pick import default_stage_specs
+    from wino.problem import Problem
+    from wino.runtime import tuning
+    from wino.vocab import Target, Tile
+
+    monkeypatch.delenv("WINO_BUILD", raising=False)
+    monkeypatch.chdir(tmp_path)
+    here = tmp_path / "build"
+    flavor = cache.flavor_dir(Target.C, "gcc-0", here)
+    flavor.mkdir(parents=True)
+    (flavor / cache.MANIFEST).write_text("{}")  # found by the search (nothing reads it here)
+    if cache.build_folder() == here:
+        pytest.skip("not a checkout: the build folder is ./build, the one the search finds")
+    problem = Problem.from_miopen(PUBLIC_LINE)
+    specs = default_stage_specs(problem, Tile(2, 2))
+    tuning.record(problem, Target.C, Tile(2, 2), specs, 1.0, here)  # beside ./build's cache
+    assert tuning.followed(Target.C) == tuning.db_path(Target.C, here)
+    _, out, _ = _run(capsys, "grid", "--explain", PUBLIC_LINE)
+    marks = {line.split(":")[0]: line for line in out.splitlines() if "<- dispatch" in line}
+    assert marks["F2x2"].endswith("(c: tuning DB)")

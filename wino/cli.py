@@ -165,8 +165,9 @@ def _explain(line: str, target: Target = Target.C) -> int:
 
 
 def _dispatch_picks(problem: Problem) -> dict[Tile, list[str]]:
-    """The tile ``dispatch`` runs when none is given, and why: a target's tuning DB (in the
-    build folder) when it has the problem, else the default rule."""
+    """The tile ``dispatch`` runs when none is given, and why: a target's tuning DB (the one
+    dispatch follows: beside the cache it finds) when it has the problem, else the default
+    rule."""
     from .runtime import tuning
     from .runtime.plan import default_tile
     from .vocab import Target
@@ -174,7 +175,7 @@ def _dispatch_picks(problem: Problem) -> dict[Tile, list[str]]:
     picks: dict[Tile, list[str]] = {}
     untuned = []
     for target in (Target.C, Target.CUDA):
-        tuned = tuning.best_tile(problem, target)
+        tuned = tuning.best_tile(problem, target, path=tuning.followed(target))
         if tuned is None:
             untuned.append(target.value)
         else:

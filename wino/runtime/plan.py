@@ -457,9 +457,8 @@ def _dispatch(
         )
         raise
     db = tuning.beside(found[0])  # the tuning DB of the cache found, not of the write folder
-    cache.read_manifest(
-        *found
-    )  # first (once per file version): its index stamps what the rules read
+    # first (once per file version): its index stamps the declared files the rules read
+    manifest = cache.read_manifest(*found)
     # (plan kind, why, as asked, epilogue)
     kind = (*_pick_algorithm(algorithm, specs, problem, target, db), algorithm, epilogue)
     key = (problem, target, tile, batch_split, workspace_limit, cache_root, frozen, kind)
@@ -468,7 +467,7 @@ def _dispatch(
     if hit is not None and hit[0] == state:
         return hit[1]
     plan = _assemble(
-        problem, target, tile, batch_split, workspace_limit, cache_root, specs, found, kind
+        problem, target, tile, batch_split, workspace_limit, cache_root, specs, manifest, kind
     )
     if len(_PLANS) >= PLAN_CACHE_SIZE:
         _PLANS.pop(next(iter(_PLANS)))  # the oldest
@@ -513,13 +512,15 @@ def _assemble(
     workspace_limit: int | None,
     cache_root: Path | None,
     specs: dict[Stage, StageSpec] | None,
-    manifest_at: tuple[Path, tuple[int, int, int], cache.CacheSource] | None,
+    manifest: cache.Manifest | None,
     kind: tuple[str, str, str | None],
 ) -> Plan:
+    """The plan from the manifest ``_dispatch`` read (None: no cache was found; the problem is
+    checked, then FileNotFoundError says where the runtime looked)."""
     plan_kind, reason, algorithm, epilogue = kind
     fused = plan_kind == "fused2d_rt"
     caller_tile = tile
-    db = None if manifest_at is None else tuning.beside(manifest_at[0])
+    db = None if manifest is None else tuning.beside(manifest.path)
     recorded = tuning.recorded_kind(problem, target, cache_root, db) if specs is None else None
     use_db = recorded is not None and recorded[0] == plan_kind  # the DB's winner is this kind
     if specs is not None:
@@ -527,10 +528,8 @@ def _assemble(
     else:
         best = tuning.best_tile(problem, target, cache_root, db) if use_db else None
         tile = tile or best or default_tile(problem)
-    if manifest_at is not None:  # first: its index stamps the declared files the checks read
-        manifest = cache.read_manifest(*manifest_at)
     check_problem(problem, tile)  # the index rule against the tile that will run
-    if manifest_at is None:
+    if manifest is None:
         manifest = cache.find_manifest(target, cache_root)  # raises FileNotFoundError
     source = "caller"
     if specs is None and use_db:

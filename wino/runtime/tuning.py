@@ -35,6 +35,17 @@ def beside(manifest_path: Path) -> Path:
     return Path(manifest_path).parent.parent / TUNING
 
 
+def followed(target: Target, root: Path | None = None) -> Path:
+    """The DB ``dispatch`` follows for ``target``: the one beside the cache it finds on the
+    search path (a wheel's or ./build's cache brings its own), else the build folder's (where
+    a build would put the cache)."""
+    try:
+        found, _, _ = cache.manifest_location(target, root)
+    except FileNotFoundError:
+        return db_path(target, root)
+    return beside(found)
+
+
 def state(
     target: Target, root: Path | None = None, path: Path | None = None
 ) -> tuple[Path, tuple[int, int, int] | None]:
