@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from wino.grid import aot_stage_specs
-from wino.pick import default_stage_specs
+from wino.pick import default_stage_specs, m_storable
 from wino.problem import Problem
 from wino.runtime import conv2d_reference, dispatch, relative_error, verify
 from wino.runtime.plan import default_tile
@@ -80,6 +80,8 @@ def _forced(problem: Problem, k2: RtInputSpec):
         specs[Stage.PRESCALE] = RtPrescaleSpec(k2.tile, k2.io, 8 if problem.C % 8 == 0 else 1)
     if k2.xdtype is not specs[Stage.FILTER].xdtype:
         specs[Stage.FILTER] = specs[Stage.FILTER].replace(xdtype=k2.xdtype)
+    if not m_storable(specs[Stage.OUTPUT].accdtype, k2.xdtype):  # fp16 M only from fp16 V
+        specs[Stage.OUTPUT] = specs[Stage.OUTPUT].replace(accdtype=DType.FP32)
     return dict(sorted(specs.items(), key=lambda kv: list(Stage).index(kv[0])))
 
 
