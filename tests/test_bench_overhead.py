@@ -38,8 +38,9 @@ def test_rows_and_report(root):
 
 
 def test_the_first_call_split_adds_up_in_the_order_paid(root):
-    """On the host: the import, dispatch's four parts (their sum is the first dispatch row),
-    then the first run's parts; each part measured (> 0) in a new process."""
+    """On the host: the import, dispatch's four parts (their sum, a little over one dispatch:
+    the first dispatch row times one alone), then the first run's parts; each part measured
+    (> 0) in a new process."""
     problem = rf.EXTRA[2].problem
     ((label, phases),) = overhead.first_call_splits(problem, Target.C, root)
     assert label == "new process"
@@ -50,6 +51,12 @@ def test_the_first_call_split_adds_up_in_the_order_paid(root):
     assert dispatch_us == pytest.approx(sum(us for _, us in phases[1:5]))
     text = "\n".join(overhead.split_report([(label, phases)]))
     assert f"{dispatch_us:15.1f}" in text and "= dispatch" in text
+
+
+def test_the_first_dispatch_is_timed_alone_in_new_processes(root):
+    problem = rf.EXTRA[2].problem
+    us = overhead.first_dispatch_alone(problem, Target.C, root, runs=2)
+    assert 0 < us < 10e6  # one call after the import, microseconds
 
 
 def test_per_call_is_the_median_per_loop():

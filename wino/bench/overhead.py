@@ -166,8 +166,34 @@ def first_call_splits(problem: Problem, target: Target, cache_root) -> list[tupl
 
 
 def first_dispatch_us(phases: list[tuple[str, float]]) -> float:
-    """The first dispatch after the import: the sum of dispatch's own parts."""
+    """The sum of dispatch's own parts in a split (each timed alone, so the fit checks that
+    the default pick and the plan both make count twice: a little over one dispatch)."""
     return sum(us for name, us in phases if name in DISPATCH_PHASES)
+
+
+_DISPATCH_CHILD = """
+import sys, time
+if sys.argv[4] == "1":  # the caller's framework made the context before wino is imported
+    import cupy
+    cupy.cuda.runtime.free(0)
+import wino, wino.runtime
+problem = wino.Problem.from_miopen(sys.argv[1])
+start = time.perf_counter()
+wino.runtime.dispatch(problem, target=sys.argv[2], cache_root=sys.argv[3] or None)
+print((time.perf_counter() - start) * 1e6)
+"""
+
+
+def first_dispatch_alone(problem: Problem, target: Target, cache_root, runs: int = 3) -> float:
+    """The first dispatch after the import, one call timed alone in each of ``runs`` new
+    processes (on CUDA with the context made before the import): the median (us)."""
+    args = [sys.executable, "-c", _DISPATCH_CHILD, problem.to_miopen(), target.value]
+    args += [str(cache_root or ""), "1" if target is Target.CUDA else "0"]
+    times = [
+        float(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
+        for _ in range(runs)
+    ]
+    return statistics.median(times)
 
 
 class _Arrays:
@@ -251,7 +277,11 @@ def measure(
     phases = splits[-1][1]  # with the CUDA context made first: the goal's condition
     rows = [
         Row("import runtime", dict(phases)["import"], "import wino, wino.runtime (new process)"),
-        Row("first dispatch", first_dispatch_us(phases), "after the import (split below)"),
+        Row(
+            "first dispatch",
+            first_dispatch_alone(problem, target, cache_root),
+            "after the import, median of 3 new processes (its parts: the split below)",
+        ),
     ]
     plan = dispatch(problem, target=target, cache_root=cache_root)
     arrays = _Arrays(problem, target)
@@ -292,7 +322,7 @@ def split_report(splits: list[tuple[str, list]]) -> list[str]:
         cells = "".join(f"{dict(phases).get(name, 0.0):15.1f}" for _, phases in splits)
         lines.append(f"{name:16}{cells}  {PHASE_NOTES.get(name, '')}")
     total = "".join(f"{first_dispatch_us(phases):15.1f}" for _, phases in splits)
-    lines.append(f"{'= dispatch':16}{total}  {' + '.join(DISPATCH_PHASES)} (goal <= 5 ms)")
+    lines.append(f"{'= dispatch':16}{total}  {' + '.join(DISPATCH_PHASES)} (fit checks twice)")
     return lines
 
 
