@@ -347,7 +347,8 @@ class IndexedKernels(Mapping):
                 raise KeyError(name)
             fields = dict(zip(INDEX_FIELDS, record, strict=True))
             fields["symbol"], fields["abi"] = name, self._index.section("abis")[fields["abi"]]
-            made = self._made[name] = _entry(self._path, self._target, name, fields)
+            spec = self._specs.get(name)  # the ranking made it: checked again below
+            made = self._made[name] = _entry(self._path, self._target, name, fields, spec)
         return made
 
     def __contains__(self, name: object) -> bool:
@@ -558,8 +559,11 @@ def _load_json(path: Path, target: str, raw: bytes | None = None) -> Any:
         ) from None
 
 
-def _entry(path: Path, target: str, name: str, fields: dict[str, Any]) -> CachedKernel:
-    """One manifest entry, refused unless its symbol, spec and binary path all name it."""
+def _entry(
+    path: Path, target: str, name: str, fields: dict[str, Any], spec: StageSpec | None = None
+) -> CachedKernel:
+    """One manifest entry, refused unless its symbol, spec and binary path all name it
+    (``spec``: the entry's spec when it was made already, from these fields)."""
 
     def bad(what: str) -> CacheError:
         return CacheError(f"{path}: kernel {name}: {what}; {_repair(target)}")
@@ -567,7 +571,7 @@ def _entry(path: Path, target: str, name: str, fields: dict[str, Any]) -> Cached
     if fields["symbol"] != name:
         raise bad(f"symbol {fields['symbol']!r} is not the kernel's name")
     try:
-        spec = spec_from_fields(fields["stage"], fields["spec"])
+        spec = spec_from_fields(fields["stage"], fields["spec"]) if spec is None else spec
     except (TypeError, ValueError) as err:
         raise bad(f"spec is not valid ({err})") from None
     if spec.name != name:
