@@ -5,7 +5,9 @@ validated (manifest sha256, schema sha256, each declared file's sha256)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import time
 
 import pytest
 
@@ -90,6 +92,34 @@ def test_the_index_is_trusted_by_the_manifests_file_state_or_its_hash(root, tmp_
     assert index is not None and raw == path.read_bytes()  # hashed, same bytes
     (copy / cache.MANIFEST).write_bytes(raw.replace(b'"format"', b' "format"', 1))
     assert cache._read_index(copy / cache.MANIFEST)[0] is None
+
+
+def test_a_manifest_edited_in_place_with_its_mtime_put_back_is_validated(root, validations):
+    """Same size, same mtime, same inode: the write still moved its ctime, so the index is
+    not trusted by the file state; the hash then differs and the manifest is validated."""
+    path = _manifest(root)
+    cache.write_manifest(path.parent, json.loads(path.read_text()))
+    assert cache._read_index(path)[1] is None  # trusted by its file state
+    validations.clear()  # the build's own validations
+    before = os.stat(path)
+    raw = path.read_bytes()
+    at = raw.index(b'"sha256": "') + len(b'"sha256": "')
+    flipped = b"1" if raw[at : at + 1] == b"0" else b"0"  # one hex digit: still a digest
+    time.sleep(0.05)  # past the file system's timestamp granularity
+    with open(path, "r+b") as handle:
+        handle.seek(at)
+        handle.write(flipped)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (
+        before.st_size,
+        before.st_mtime_ns,
+        before.st_ino,
+    )
+    index, read = cache._read_index(path)
+    assert index is None and read is not None  # hashed, and the hash differs
+    assert isinstance(cache.parse_manifest(path).kernels, dict)
+    assert validations == ["manifest"]
 
 
 def test_an_indexed_manifest_parses_only_the_groups_it_reads(root, validations):
