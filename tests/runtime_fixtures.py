@@ -50,6 +50,26 @@ def issue_bound(tile: Tile, dtype: DType, xdtype: DType) -> float:
     return ISSUE_BOUNDS[FAMILY[tile]][key]
 
 
+def assert_split_matches(y_split, y_whole, tile: Tile, dtype: DType) -> None:
+    """A batch split's output against the unsplit one. Bit-identical where numpy's BLAS rounds
+    a GEMM row the same in a call of any row count (``blas_rows_invariant``); elsewhere K3's
+    fp32 rounding alone may differ: by at most a quarter of the fp32 bound of the tile (of
+    max|y|), plus one ulp of y's dtype per element for 16-bit y (one rounding flipped)."""
+    from wino.runtime.host import blas_rows_invariant
+
+    if blas_rows_invariant():
+        assert np.array_equal(y_split.view(np.uint8), y_whole.view(np.uint8))
+        return
+    a, b = y_split.astype(np.float64), y_whole.astype(np.float64)
+    assert np.isfinite(a).all() and np.isfinite(b).all()
+    allowed = 0.25 * claimed_bound(tile, DType.FP32, DType.FP32) * np.abs(b).max()
+    if dtype is not DType.FP32:
+        allowed = allowed + np.abs(np.spacing(y_whole.astype(numpy_dtype(dtype)))).astype(
+            np.float64
+        )
+    assert (np.abs(a - b) <= allowed).all(), f"split differs by {np.abs(a - b).max():.3g}"
+
+
 # Cases -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Case:

@@ -216,12 +216,16 @@ class HostGemm:
     machine that costs more than the GEMM (measured: 5-20x slower than one thread per GEMM).
     The BLAS is held to one thread (threadpoolctl) while the workers run.
 
-    A row's result does not depend on the chunk: OpenBLAS's sgemm kernels accumulate each
-    element over C/G in the same order for any row count, so a batch split changes no bit
-    (tests/test_runtime_host.py checks it). The c target's default pick stores V and U in fp32
-    for every io dtype (grids/targets.yaml), so nothing is widened; 16-bit operands (forced
-    16-bit storage) are widened one bin at a time into per-worker fp32 scratch that is kept
-    between calls (no allocation per call once warm)."""
+    Whether a batch split changes a bit is the BLAS's business: a row of M is the same GEMM
+    row whatever the chunk, but the BLAS may round it differently in a call of another row
+    count (``blas_rows_invariant``). OpenBLAS's SkylakeX sgemm kernels did not; its Haswell
+    kernels (taken on AMD Zen too) do, by fp32 rounding in K3 alone (docs/RUNTIME.md, "Batch
+    split"; tests/test_runtime_host.py checks both cases).
+
+    The c target's default pick stores V and U in fp32 for every io dtype (grids/targets.yaml),
+    so nothing is widened; 16-bit operands (forced 16-bit storage) are widened one bin at a
+    time into per-worker fp32 scratch that is kept between calls (no allocation per call once
+    warm)."""
 
     def __init__(self, threads: int):
         self.threads = max(1, threads)
@@ -274,6 +278,23 @@ class HostGemm:
             else:
                 np.matmul(vs, us.T, out=ms)
                 np.copyto(m[b], ms, casting="unsafe")
+
+
+@functools.cache
+def blas_rows_invariant() -> bool:
+    """Whether numpy's BLAS, held to one thread as K3 runs it, gives each row of an fp32 GEMM
+    the same bits in a call of any row count (then a batch split changes no bit of y). Probed
+    once per process on fixed data: 61 rows x 64 x 40, whole against calls of 1 to 24 rows."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((61, 64)).astype(np.float32)
+    b = rng.standard_normal((40, 64)).astype(np.float32)
+    with ThreadpoolController().limit(limits=1, user_api="blas"):
+        whole = a @ b.T
+        return all(
+            np.array_equal(whole[i : i + rows], a[i : i + rows] @ b.T)
+            for rows in (1, 3, 7, 16, 24)
+            for i in range(0, len(a), rows)
+        )
 
 
 def passive_openmp() -> None:
