@@ -219,8 +219,8 @@ class HostGemm:
     Whether a batch split changes a bit is the BLAS's business: a row of M is the same GEMM
     row whatever the chunk, but the BLAS may round it differently in a call of another row
     count (``blas_rows_invariant``). OpenBLAS's SkylakeX sgemm kernels did not; its Haswell
-    kernels (taken on AMD Zen too) do, by fp32 rounding in K3 alone (docs/RUNTIME.md, "Batch
-    split"; tests/test_runtime_host.py checks both cases).
+    kernels (``OPENBLAS_CORETYPE=Haswell``, as the Zen 5 development machine sets) do, by fp32
+    rounding in K3 alone (docs/RUNTIME.md, "Batch split"; the host tests check both cases).
 
     The c target's default pick stores V and U in fp32 for every io dtype (grids/targets.yaml),
     so nothing is widened; 16-bit operands (forced 16-bit storage) are widened one bin at a
