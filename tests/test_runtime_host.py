@@ -17,6 +17,7 @@ from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused
 from wino.runtime import conv2d_reference, dispatch, relative_error
+from wino.runtime.host import HostGemm
 from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Target, Tile
 
 
@@ -196,7 +197,10 @@ def test_forced_cases_cover_the_grid_variants():
         (7, 3, [(0, 3), (3, 3), (6, 1)]),
     ],
 )
-def test_batch_split_is_bit_identical(root, n, split, chunks):
+def test_batch_split_is_bit_identical_or_within_one_rounding(root, n, split, chunks):
+    """Bit-identical where the BLAS computes a GEMM row independently of the row count
+    (HostGemm.rows_independent); else (OpenBLAS's Haswell kernels, its pick on Zen 5) the
+    split moves y by at most one rounding of the io dtype relative to max|y|."""
     case = next(c for c in rf.EXTRA if c.label == "split" and c.problem.N == n)
     plan, y_split, err = run_checked(case, root, batch_split=split)
     assert plan.chunks == chunks and plan.batch_split == split
@@ -205,7 +209,12 @@ def test_batch_split_is_bit_identical(root, n, split, chunks):
     assert whole.chunks == [(0, n)]
     x, w = rf.inputs(case.problem, _rng(case.id))
     y_whole = whole.run(x, w)
-    assert np.array_equal(y_split.view(np.uint16), y_whole.view(np.uint16))
+    if HostGemm.rows_independent():
+        assert np.array_equal(y_split.view(np.uint16), y_whole.view(np.uint16))
+    else:
+        a, b = y_split.astype(np.float64), y_whole.astype(np.float64)
+        eps = float(np.finfo(y_whole.dtype).eps)  # one rounding: half an ulp, twice
+        assert np.abs(a - b).max() <= eps * np.abs(b).max()
     assert err <= rf.claimed_bound(case.tile, case.problem.dtype, plan.xdtype)
 
 

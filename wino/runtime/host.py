@@ -216,9 +216,12 @@ class HostGemm:
     machine that costs more than the GEMM (measured: 5-20x slower than one thread per GEMM).
     The BLAS is held to one thread (threadpoolctl) while the workers run.
 
-    A row's result does not depend on the chunk: OpenBLAS's sgemm kernels accumulate each
-    element over C/G in the same order for any row count, so a batch split changes no bit
-    (tests/test_runtime_host.py checks it). The c target's default pick stores V and U in fp32
+    Whether a row's result depends on the chunk is the BLAS's: where its sgemm kernels
+    accumulate each element over C/G in the same order for any row count (OpenBLAS's SkylakeX
+    kernels on Zen 4), a batch split changes no bit; where the rows of a tail panel take
+    another order (OpenBLAS 0.3.31's Haswell kernels, which it picks on Zen 5), a split moves
+    y by at most one rounding of the io dtype (``rows_independent`` probes which;
+    tests/test_runtime_host.py checks both). The c target's default pick stores V and U in fp32
     for every io dtype (grids/targets.yaml), so nothing is widened; 16-bit operands (forced
     16-bit storage) are widened one bin at a time into per-worker fp32 scratch that is kept
     between calls (no allocation per call once warm)."""
@@ -229,6 +232,19 @@ class HostGemm:
         self._controller = None
         self._scratch: dict[tuple[int, str], np.ndarray] = {}
         self._lock = threading.Lock()  # one K3 at a time per backend: the scratch is shared
+
+    @staticmethod
+    @functools.cache
+    def rows_independent() -> bool:
+        """Whether this process's BLAS computes a row of an fp32 GEMM independently of the
+        row count (then a batch split is bit-identical): every prefix of a 64-row product,
+        single-threaded, against the whole."""
+        rng = np.random.default_rng(0)
+        v = rng.standard_normal((64, 64), np.float32)
+        u = rng.standard_normal((16, 64), np.float32)
+        with ThreadpoolController().limit(limits=1, user_api="blas"):
+            whole = v @ u.T
+            return all(np.array_equal(whole[:rows], v[:rows] @ u.T) for rows in range(1, 64))
 
     def _limit_blas(self):
         if self._controller is None:
