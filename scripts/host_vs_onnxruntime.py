@@ -30,7 +30,7 @@ import wino
 from wino.bench.compare import conv_model, import_onnxruntime
 from wino.problem import read_miopen_file
 from wino.runtime.arrays import numpy_dtype
-from wino.runtime.host import host_threads
+from wino.runtime.host import blas_advice, host_threads
 from wino.vocab import DType
 
 
@@ -136,6 +136,9 @@ def main() -> None:
         f"{'CPU time of the calling thread' if args.clock == 'cpu' else 'wall time'}"
     )
     print(machine_line(), flush=True)
+    advice = blas_advice()
+    if advice:
+        print(f"note: {advice}", flush=True)
     for problem in read_miopen_file(str(args.cases)):
         calls = layer_calls(problem, dtypes, tiles, args.cache_root)
         ms = medians_ms(calls, args.repeats, clock)

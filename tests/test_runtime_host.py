@@ -199,8 +199,9 @@ def test_forced_cases_cover_the_grid_variants():
 )
 def test_batch_split_is_bit_identical_or_within_one_rounding(root, n, split, chunks):
     """Bit-identical where the BLAS computes a GEMM row independently of the row count
-    (HostGemm.rows_independent); else (OpenBLAS's Haswell kernels, its pick on Zen 5) the
-    split moves y by at most one rounding of the io dtype relative to max|y|."""
+    (HostGemm.rows_independent); else (OpenBLAS 0.3.31's Haswell and SkylakeX kernels on the
+    Zen 5 machine) the split moves y by at most one rounding of the io dtype relative to
+    max|y|."""
     case = next(c for c in rf.EXTRA if c.label == "split" and c.problem.N == n)
     plan, y_split, err = run_checked(case, root, batch_split=split)
     assert plan.chunks == chunks and plan.batch_split == split

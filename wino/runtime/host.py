@@ -217,11 +217,11 @@ class HostGemm:
     The BLAS is held to one thread (threadpoolctl) while the workers run.
 
     Whether a row's result depends on the chunk is the BLAS's: where its sgemm kernels
-    accumulate each element over C/G in the same order for any row count (OpenBLAS's SkylakeX
-    kernels on Zen 4), a batch split changes no bit; where the rows of a tail panel take
-    another order (OpenBLAS 0.3.31's Haswell kernels, which it picks on Zen 5), a split moves
-    y by at most one rounding of the io dtype (``rows_independent`` probes which;
-    tests/test_runtime_host.py checks both). The c target's default pick stores V and U in fp32
+    accumulate each element over C/G in the same order for any row count, a batch split
+    changes no bit; where the rows of a tail panel take another order (OpenBLAS 0.3.31's
+    Haswell and SkylakeX kernels on the Zen 5 development machine), a split moves y by at most
+    one rounding of the io dtype (``rows_independent`` probes which; tests/test_runtime_host.py
+    checks both). The c target's default pick stores V and U in fp32
     for every io dtype (grids/targets.yaml), so nothing is widened; 16-bit operands (forced
     16-bit storage) are widened one bin at a time into per-worker fp32 scratch that is kept
     between calls (no allocation per call once warm)."""
@@ -290,6 +290,49 @@ class HostGemm:
             else:
                 np.matmul(vs, us.T, out=ms)
                 np.copyto(m[b], ms, casting="unsafe")
+
+
+#: OpenBLAS core types without AVX-512 kernels (what a DYNAMIC_ARCH build takes on a CPU with
+#: AVX-512 that it does not know, or what OPENBLAS_CORETYPE forces).
+_AVX2_CORES = {"haswell", "zen"}
+
+
+def blas_advice(info: list[dict] | None = None, flags: set[str] | None = None) -> str | None:
+    """A sentence when numpy's OpenBLAS runs AVX2 kernels on a CPU with AVX-512 (K3 is most of
+    the host's time on wide layers): OPENBLAS_CORETYPE=SkylakeX, set before numpy is imported,
+    picks the AVX-512 kernels. None otherwise. ``info`` (threadpoolctl's) and ``flags`` (the
+    CPU's, /proc/cpuinfo) for tests."""
+    if info is None:
+        from threadpoolctl import threadpool_info
+
+        info = threadpool_info()
+    if flags is None:
+        flags = cpu_flags()
+    cores = [
+        i.get("architecture") or ""
+        for i in info
+        if i.get("internal_api") == "openblas" and i.get("user_api") == "blas"
+    ]
+    slow = [c for c in cores if c.lower() in _AVX2_CORES]
+    if not slow or "avx512f" not in flags or os.environ.get("OPENBLAS_CORETYPE"):
+        return None
+    return (
+        f"numpy's OpenBLAS runs its {slow[0]} (AVX2) kernels on this AVX-512 CPU; K3 (the "
+        "GEMM) runs about 1.5x faster on its SkylakeX kernels: set OPENBLAS_CORETYPE=SkylakeX "
+        "before numpy is imported"
+    )
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (Linux /proc/cpuinfo; empty elsewhere)."""
+    try:
+        text = open("/proc/cpuinfo", encoding="ascii", errors="replace").read()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
 
 
 def passive_openmp() -> None:
