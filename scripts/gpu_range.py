@@ -35,7 +35,7 @@ LAYERS = (
 
 def _pipelines(problem: Problem) -> dict[str, dict]:
     """{"scaled": the default pick, "unscaled": its K2 without the tile scale, no K2a}."""
-    scaled = default_stage_specs(problem, default_tile(problem))
+    scaled = default_stage_specs(problem, default_tile(problem), target=Target.CUDA)
     k2 = scaled[Stage.INPUT]
     unscaled = {s: v for s, v in scaled.items() if s is not Stage.PRESCALE}
     unscaled[Stage.INPUT] = replace(k2, prescale=Prescale.NONE, block=256)

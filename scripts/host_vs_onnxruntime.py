@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
 from dataclasses import replace
@@ -29,7 +30,7 @@ import wino
 from wino.bench.compare import conv_model, import_onnxruntime
 from wino.problem import read_miopen_file
 from wino.runtime.arrays import numpy_dtype
-from wino.runtime.host import host_threads
+from wino.runtime.host import blas_advice, host_threads
 from wino.vocab import DType
 
 
@@ -54,15 +55,15 @@ def onnxruntime_call(problem, x, w):
     return lambda: session.run(None, {"x": xn})
 
 
-def medians_ms(calls: dict, repeats: int) -> dict[str, float]:
+def medians_ms(calls: dict, repeats: int, clock=time.perf_counter) -> dict[str, float]:
     for call in calls.values():
         call()  # warm-up: binaries loaded, scratch and sessions ready
     samples = {name: [] for name in calls}
     for _ in range(repeats):
         for name, call in calls.items():
-            start = time.perf_counter()
+            start = clock()
             call()
-            samples[name].append(time.perf_counter() - start)
+            samples[name].append(clock() - start)
     return {name: statistics.median(s) * 1e3 for name, s in samples.items()}
 
 
@@ -81,6 +82,26 @@ def layer_calls(problem, dtypes, tiles, root) -> dict:
     return calls
 
 
+def machine_line() -> str:
+    """CPU model, the BLAS numpy's K3 runs on (its core type: OPENBLAS_CORETYPE picks another
+    before numpy loads), onnxruntime's version and the load average, for the log."""
+    from threadpoolctl import threadpool_info
+
+    _, ort = import_onnxruntime()
+    model = "unknown CPU"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    blas = [
+        f"{i['internal_api']} {i.get('version')} {i.get('architecture')}"
+        for i in threadpool_info()
+        if i.get("user_api") == "blas"
+    ]
+    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    return f"CPU {model}; BLAS {', '.join(blas)}; onnxruntime {ort.__version__}; load {load}"
+
+
 def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
@@ -94,14 +115,33 @@ def main() -> None:
         "--dtype", default="fp32", help="a comma list of fp32, fp16, bf16, timed in turns"
     )
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: the calling thread's CPU time (time.thread_time), insensitive to the "
+        "machine's load; needs one thread (OMP_NUM_THREADS=1: both engines then run on the "
+        "calling thread)",
+    )
     args = parser.parse_args()
+    if args.clock == "cpu" and host_threads() != 1:
+        parser.error("--clock cpu times the calling thread: run with OMP_NUM_THREADS=1")
+    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
     dtypes = [DType.parse(d) for d in args.dtype.split(",")]
     tiles = args.tile.split(",")
     vs_ort = {d: [] for d in dtypes}
     vs_fp32 = {d: [] for d in dtypes}
-    print(f"threads {host_threads()}, {args.dtype}, {args.repeats} interleaved rounds, medians")
+    print(
+        f"threads {host_threads()}, {args.dtype}, {args.repeats} interleaved rounds, medians, "
+        f"{'CPU time of the calling thread' if args.clock == 'cpu' else 'wall time'}"
+    )
+    print(machine_line(), flush=True)
+    advice = blas_advice()
+    if advice:
+        print(f"note: {advice}", flush=True)
     for problem in read_miopen_file(str(args.cases)):
-        ms = medians_ms(layer_calls(problem, dtypes, tiles, args.cache_root), args.repeats)
+        calls = layer_calls(problem, dtypes, tiles, args.cache_root)
+        ms = medians_ms(calls, args.repeats, clock)
         best = {d: min(ms[f"{d.short} {t}"] for t in tiles) for d in dtypes}
         parts = []
         for d in dtypes:
@@ -125,6 +165,7 @@ def main() -> None:
                 f"worst {max(vs_fp32[d]):.2f}"
             )
         print(line, flush=True)
+    print("load at the end " + " ".join(f"{v:.2f}" for v in os.getloadavg()), flush=True)
 
 
 if __name__ == "__main__":

@@ -134,7 +134,8 @@ def test_a_manifest_ranking_picks_the_best_it_holds_else_the_grid_names_the_kern
 #: fp16 with a prescale (fused where one workgroup holds C/vec lanes, else split).
 def _gpu_pick_of_old(problem, tile):
     xdtype = DType.FP32 if problem.dtype is DType.FP32 else DType.FP16
-    return pick.default_stage_specs(problem, tile, xdtype=xdtype)
+    # hip declares neither a storage table nor an order of its own: grids/stages.yaml's order
+    return pick.default_stage_specs(problem, tile, xdtype=xdtype, target=Target.HIP)
 
 
 def test_cuda_picks_are_unchanged_and_prescale_16bit_storage():
@@ -176,3 +177,61 @@ def test_default_xdtype_follows_the_declared_target_table():
     cuda = [pick.default_xdtype(d, Target.CUDA) for d in DType]
     assert cuda == [DType.FP32 if d is DType.FP32 else DType.FP16 for d in DType]
     assert [pick.default_xdtype(d, Target.HIP) for d in DType] == cuda  # undeclared: the GPUs'
+
+
+def test_a_target_orders_a_stage_its_own_way_where_it_declares_one():
+    """grids/targets.yaml's default_pick under c replaces grids/stages.yaml's K4 order there
+    (the widest vector first), and only there: K1 and K2 follow stages.yaml's order on every
+    target, and cuda's K4 keeps vec 2 first."""
+    declared = config.declared("targets")["targets"]
+    assert set(declared["c"]["default_pick"]) == {"k4"}
+    assert "default_pick" not in declared["cuda"]
+    for stage in Stage:
+        if stage.short in config.declared("stages")["default_pick"]:
+            stages_order = config.declared("stages")["default_pick"][stage.short]
+            assert pick.declared_order(stage, Target.CUDA) == stages_order
+            assert pick.declared_order(stage, None) == stages_order
+    problem = Problem(N=8, C=64, H=56, W=56, K=64, pad_h=1, pad_w=1, dtype="fp32")
+    c = pick.default_stage_specs(problem, Tile(4, 4), target=Target.C)
+    cuda = pick.default_stage_specs(problem, Tile(4, 4), target=Target.CUDA)
+    assert (c[Stage.OUTPUT].vec, cuda[Stage.OUTPUT].vec) == (8, 2)
+    assert {s: v for s, v in c.items() if s is not Stage.OUTPUT} == {
+        s: v for s, v in cuda.items() if s is not Stage.OUTPUT
+    }
+    narrow = Problem(N=1, C=64, H=9, W=9, K=12, pad_h=1, pad_w=1, dtype="fp32")
+    # 8 does not divide K = 12: the next of the order
+    assert pick.default_stage_specs(narrow, Tile(4, 4))[Stage.OUTPUT].vec == 4
+
+
+def test_every_c_k4_candidate_ranks_the_widest_vector_first():
+    for tile in (Tile(2, 2), Tile(4, 4), Tile(6, 6)):
+        for io in DType:
+            ranked = pick.candidates(Stage.OUTPUT, tile, io, DType.FP32, target=Target.C)
+            assert ranked
+            order = [8, 4, 2, 1]
+            keys = [(s.accdtype is not DType.FP16, order.index(s.vec)) for s in ranked]
+            assert keys == sorted(keys)
+            assert ranked[0].vec == max(s.vec for s in ranked)
+
+
+def test_a_declared_target_order_is_data(monkeypatch):
+    """An order declared for a target in grids/targets.yaml changes that target's pick and no
+    other's (here hip's K2 made to prefer the split prescale)."""
+    data = copy.deepcopy(config.declared("targets"))
+    data["targets"]["hip"]["default_pick"] = {
+        "k2": [{"vec": "descending"}, {"path": ["reg"]}, {"prescale": ["split"]}]
+    }
+    real = config.declared
+    monkeypatch.setattr(config, "declared", lambda kind: data if kind == "targets" else real(kind))
+    config.validate(data, "targets", "patched targets.yaml")  # the schema admits it
+    pick.candidates.cache_clear()
+    try:
+        hip = pick.default_stage_specs(PROBLEM, Tile(4, 4), target=Target.HIP)
+        cuda = pick.default_stage_specs(PROBLEM, Tile(4, 4), target=Target.CUDA)
+    finally:
+        pick.candidates.cache_clear()  # no patched ranking outlives the test
+    assert hip[Stage.INPUT].prescale is Prescale.SPLIT and Stage.PRESCALE in hip
+    assert cuda[Stage.INPUT].prescale is Prescale.FUSED and Stage.PRESCALE not in cuda
+    data["targets"]["hip"]["default_pick"] = {"k9": []}
+    with pytest.raises(config.ConfigError, match="default_pick"):
+        config.validate(data, "targets", "patched targets.yaml")

@@ -17,7 +17,7 @@ from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused
 from wino.runtime import conv2d_reference, dispatch, relative_error
-from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Target
+from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Target, Tile
 
 
 @pytest.fixture(scope="session")
@@ -350,3 +350,46 @@ def test_conv2d_on_every_dtype_matches_the_plan(root):
         plan = dispatch(p, target="c", cache_root=root)
         assert y.dtype == x.dtype and y.shape == (1, 10, 10, 16)
         assert np.array_equal(y.view(np.uint8), plan.run(x, w).view(np.uint8))
+
+
+# The c target's own K4 order (grids/targets.yaml default_pick) ---------------------------------
+@pytest.fixture(scope="module")
+def k4_vec_root(tmp_path_factory):
+    """A cache of the c default picks of K4_VEC_PROBLEMS and the same plans with K4 at vec 2
+    (grids/stages.yaml's first, what the c target took before its own order)."""
+    from tests import host_cache
+
+    specs = set()
+    for p, tile in K4_VEC_PROBLEMS:
+        picked = default_stage_specs(p, tile, target=Target.C)
+        specs |= set(picked.values()) | {picked[Stage.OUTPUT].replace(vec=2)}
+    root = tmp_path_factory.mktemp("k4-vec")
+    host_cache.build(sorted(specs, key=lambda s: s.name), root)
+    return root
+
+
+K4_VEC_PROBLEMS = [
+    (rf.problem(dtype, N=2, C=16, H=13, W=11, K=24, pad_h=1, pad_w=1), tile)
+    for dtype in rf.DTYPES
+    for tile in (Tile(2, 2), Tile(4, 4))
+]
+
+
+@pytest.mark.parametrize("index", range(len(K4_VEC_PROBLEMS)))
+def test_c_k4_takes_vec_8_with_the_same_bytes_as_vec_2(k4_vec_root, index):
+    """The c target's K4 takes the widest vector (8 channels: one AVX2 register) where the
+    GPUs' order takes vec 2 first; a channel's output transform does not depend on its
+    vector, so y is bit-identical, and within the claimed bound."""
+    p, tile = K4_VEC_PROBLEMS[index]
+    picked = default_stage_specs(p, tile, target=Target.C)
+    assert picked[Stage.OUTPUT].vec == 8
+    assert default_stage_specs(p, tile, target=Target.CUDA)[Stage.OUTPUT].vec == 2
+    x, w = rf.inputs(p, _rng(f"k4-vec-{index}"))
+    plan = dispatch(p, target="c", tile=tile, cache_root=k4_vec_root)
+    assert plan.specs == picked and plan.source == "default pick"
+    vec2 = {**picked, Stage.OUTPUT: picked[Stage.OUTPUT].replace(vec=2)}
+    other = dispatch(p, target="c", tile=tile, cache_root=k4_vec_root, specs=vec2)
+    y = plan.run(x, w)
+    assert np.array_equal(y.view(np.uint8), other.run(x, w).view(np.uint8))
+    ref = conv2d_reference(x, w, (p.pad_h, p.pad_w))
+    assert relative_error(y, ref) <= rf.claimed_bound(tile, p.dtype, plan.xdtype)

@@ -92,3 +92,18 @@ def test_openmp_waits_passively_unless_the_caller_chose(monkeypatch):
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     host.passive_openmp()
     assert host.os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def test_blas_advice_names_the_core_type_only_where_avx512_kernels_go_unused(monkeypatch):
+    from wino.runtime.host import blas_advice
+
+    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    haswell = [{"internal_api": "openblas", "user_api": "blas", "architecture": "Haswell"}]
+    skx = [{"internal_api": "openblas", "user_api": "blas", "architecture": "SkylakeX"}]
+    advice = blas_advice(haswell, {"avx2", "avx512f"})
+    assert "OPENBLAS_CORETYPE=SkylakeX" in advice and "Haswell" in advice
+    assert blas_advice(haswell, {"avx2"}) is None  # no AVX-512: Haswell is the right core
+    assert blas_advice(skx, {"avx2", "avx512f"}) is None
+    assert blas_advice([], {"avx512f"}) is None  # another BLAS: nothing to say
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    assert blas_advice(haswell, {"avx512f"}) is None  # the caller chose

@@ -1,5 +1,7 @@
 """The default pick: per stage, among the grid's specs of the problem's tile and dtypes, the
-first that fits the problem in the preference order grids/stages.yaml declares (``default_pick``).
+first that fits the problem in the preference order grids/stages.yaml declares (``default_pick``),
+or, for a stage a target orders its own way, the order grids/targets.yaml declares for that
+target (``default_pick`` under the target: the c target's K4 takes the widest vector first).
 
 An order is a list of axes, most significant first; each axis either lists the values it
 allows, best first (values not listed are never picked by default), or says ``descending`` /
@@ -41,6 +43,18 @@ def default_xdtype(dtype: DType, target: Target | None = None) -> DType:
     return DType.FP32 if dtype is DType.FP32 else DType.FP16
 
 
+def declared_order(stage: Stage, target: Target | None = None) -> list[dict]:
+    """The default pick's order of ``stage`` on ``target``: the target's own where
+    grids/targets.yaml declares one for the stage (``default_pick`` under the target), else
+    grids/stages.yaml's ``default_pick`` (also for ``target`` None)."""
+    if target is not None:
+        declared = config.declared("targets")["targets"].get(target.value, {})
+        own = declared.get("default_pick", {}).get(stage.short)
+        if own is not None:
+            return own
+    return config.declared("stages")["default_pick"][stage.short]
+
+
 class _NoFit(Exception):
     """None of a Ranking's specs of a stage fits the problem."""
 
@@ -67,10 +81,12 @@ def _ranked(
     io: DType,
     xdtype: DType,
     epilogue: Epilogue = Epilogue.NONE,
+    target: Target | None = None,
 ) -> tuple[StageSpec, ...]:
     """The specs of one stage, tile and dtype pair (and, for K4 and KF, epilogue) that the
-    declared order admits, best first; ties keep the order of ``specs``."""
-    order = config.declared("stages")["default_pick"][stage.short]
+    declared order (``target``'s, ``declared_order``) admits, best first; ties keep the order
+    of ``specs``."""
+    order = declared_order(stage, target)
     ranked = []
     for spec in specs:
         if spec.stage is not stage or spec.tile != tile or spec.io is not io:
@@ -97,11 +113,17 @@ def m_storable(accdtype: DType, xdtype: DType) -> bool:
 
 @lru_cache(maxsize=256)
 def candidates(
-    stage: Stage, tile: Tile, io: DType, xdtype: DType, epilogue: Epilogue = Epilogue.NONE
+    stage: Stage,
+    tile: Tile,
+    io: DType,
+    xdtype: DType,
+    epilogue: Epilogue = Epilogue.NONE,
+    target: Target | None = None,
 ) -> tuple[StageSpec, ...]:
     """The grid's specs of one stage, tile and dtype pair (and epilogue) that the declared
-    order admits, best first (declaration order breaks ties)."""
-    return _ranked(grid.aot_stage_specs(stage), stage, tile, io, xdtype, epilogue)
+    order of ``target`` (None: grids/stages.yaml's) admits, best first (declaration order
+    breaks ties)."""
+    return _ranked(grid.aot_stage_specs(stage), stage, tile, io, xdtype, epilogue, target)
 
 
 class Ranking:
@@ -117,15 +139,21 @@ class Ranking:
         self._memo: dict[tuple, tuple[StageSpec, ...]] = {}
 
     def candidates(
-        self, stage: Stage, tile: Tile, io: DType, xdtype: DType, epilogue=Epilogue.NONE
+        self,
+        stage: Stage,
+        tile: Tile,
+        io: DType,
+        xdtype: DType,
+        epilogue=Epilogue.NONE,
+        target: Target | None = None,
     ):
-        key = (stage, tile, io, xdtype, epilogue)
+        key = (stage, tile, io, xdtype, epilogue, target)
         if key not in self._memo:
             specs = self._specs
             if self._source is not None:
                 found = self._source(stage, tile, io, xdtype, epilogue)
                 specs = sorted(found, key=lambda spec: spec.name)
-            self._memo[key] = _ranked(specs, stage, tile, io, xdtype, epilogue)
+            self._memo[key] = _ranked(specs, stage, tile, io, xdtype, epilogue, target)
         return self._memo[key]
 
 
@@ -153,11 +181,12 @@ def _first_fit(
     among,
     epilogue: Epilogue = Epilogue.NONE,
     tile_scale: bool = True,
+    target: Target | None = None,
 ) -> StageSpec:
-    """The first of ``among``'s specs that fits; ``tile_scale``: whether K2 writes tile scales
-    (K4's fp16 M needs them: the fp16_m_range rule)."""
+    """The first of ``among``'s specs that fits, in ``target``'s order; ``tile_scale``: whether
+    K2 writes tile scales (K4's fp16 M needs them: the fp16_m_range rule)."""
     reasons = []
-    ranked = among(stage, tile, io, xdtype, epilogue)
+    ranked = among(stage, tile, io, xdtype, epilogue, target)
     if not ranked and epilogue is not Epilogue.NONE and among is candidates:
         raise epilogue_refusal(stage, tile, io, epilogue)
     for spec in ranked:
@@ -196,29 +225,39 @@ def default_stage_specs(
     the grid's pick (which names what is missing) when none of them fits."""
     tile = coerce(Tile, tile, "tile")
     dtype = problem.dtype if dtype is None else coerce(DType, dtype, "dtype")
+    target = coerce(Target, target, "target")
     if xdtype is None:
-        xdtype = default_xdtype(dtype, coerce(Target, target, "target"))
+        xdtype = default_xdtype(dtype, target)
     else:
         xdtype = coerce(DType, xdtype, "xdtype")
     epilogue = coerce(Epilogue, epilogue, "epilogue")
     probe = replace(problem, N=1, dtype=dtype)
     if ranking is None:
-        return _pick(tile, dtype, xdtype, probe, candidates, epilogue)
+        return _pick(tile, dtype, xdtype, probe, candidates, epilogue, target)
     try:
-        return _pick(tile, dtype, xdtype, probe, ranking.candidates, epilogue)
+        return _pick(tile, dtype, xdtype, probe, ranking.candidates, epilogue, target)
     except _NoFit:
-        return _pick(tile, dtype, xdtype, probe, candidates, epilogue)
+        return _pick(tile, dtype, xdtype, probe, candidates, epilogue, target)
 
 
-def _pick(tile: Tile, dtype: DType, xdtype: DType, probe: Problem, among, epilogue: Epilogue):
-    k2 = _first_fit(Stage.INPUT, tile, dtype, xdtype, probe, among)
+def _pick(
+    tile: Tile,
+    dtype: DType,
+    xdtype: DType,
+    probe: Problem,
+    among,
+    epilogue: Epilogue,
+    target: Target,
+):
+    def first(stage: Stage, **kwargs) -> StageSpec:
+        return _first_fit(stage, tile, dtype, xdtype, probe, among, target=target, **kwargs)
+
+    k2 = first(Stage.INPUT)
     stages = [Stage.FILTER, *([Stage.PRESCALE] if k2.prescale is Prescale.SPLIT else [])]
-    picks = {stage: _first_fit(stage, tile, dtype, xdtype, probe, among) for stage in stages}
+    picks = {stage: first(stage) for stage in stages}
     picks[Stage.INPUT] = k2
     scaled = k2.prescale is not Prescale.NONE
-    picks[Stage.OUTPUT] = _first_fit(
-        Stage.OUTPUT, tile, dtype, xdtype, probe, among, epilogue, tile_scale=scaled
-    )
+    picks[Stage.OUTPUT] = first(Stage.OUTPUT, epilogue=epilogue, tile_scale=scaled)
     return dict(sorted(picks.items(), key=lambda item: grid.GRID_STAGES.index(item[0])))
 
 
@@ -227,17 +266,20 @@ def output_with_epilogue(
     specs: dict[Stage, StageSpec],
     epilogue: Epilogue,
     ranking: Ranking | None = None,
+    target: Target | None = None,
 ) -> dict[Stage, StageSpec]:
     """Unfused specs (a tuning DB's) with K4 swapped for its ``epilogue`` variant: the same
     spec with that epilogue where ``ranking`` (else the grid) holds it, else the first fit of
-    the declared order; Refused (``epilogue_not_in_grid``) when the grid has none."""
+    ``target``'s declared order; Refused (``epilogue_not_in_grid``) when the grid has none."""
     k4 = specs[Stage.OUTPUT]
     wanted = k4.replace(epilogue=epilogue)
     probe, fp32 = replace(problem, N=1), DType.FP32  # K4 has no xdtype: any passes
     for among in ([ranking.candidates] if ranking else []) + [candidates]:
         try:
-            if wanted not in among(Stage.OUTPUT, k4.tile, k4.io, fp32, epilogue):
-                wanted = _first_fit(Stage.OUTPUT, k4.tile, k4.io, fp32, probe, among, epilogue)
+            if wanted not in among(Stage.OUTPUT, k4.tile, k4.io, fp32, epilogue, target):
+                wanted = _first_fit(
+                    Stage.OUTPUT, k4.tile, k4.io, fp32, probe, among, epilogue, target=target
+                )
         except _NoFit:
             continue
         return {**specs, Stage.OUTPUT: wanted}

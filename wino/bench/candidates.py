@@ -68,9 +68,13 @@ def _ordered(specs: Iterable[StageSpec], first: StageSpec | None) -> list[StageS
     return ranked
 
 
-def _default(problem: Problem, tile: Tile, xdtype: DType) -> dict[Stage, StageSpec]:
+def _default(
+    problem: Problem, tile: Tile, xdtype: DType, target: Target | None = None
+) -> dict[Stage, StageSpec]:
+    """``target``'s default pick (the c target's when None) at transformed dtype ``xdtype``."""
     try:
-        return default_stage_specs(problem, tile, xdtype=xdtype)
+        target = Target.C if target is None else target
+        return default_stage_specs(problem, tile, xdtype=xdtype, target=target)
     except Refused:
         return {}
 
@@ -91,10 +95,12 @@ def family(
     xdtype: DType,
     names: set[str] | None = None,
     limit: int | None = None,
+    target: Target | None = None,
 ) -> Candidates:
-    """The candidates of one transformed dtype (``names``: the cache's kernels; None: the grid)."""
+    """The candidates of one transformed dtype (``names``: the cache's kernels; None: the
+    grid), ``target``'s default pick first (the c target's when None)."""
     chunks = chunk_problems(problem, tile, xdtype)
-    default = _default(problem, tile, xdtype)
+    default = _default(problem, tile, xdtype, target)
     k2 = [
         s
         for s in _grid(Stage.INPUT, problem, tile, names)
@@ -140,7 +146,7 @@ def families(
     target: Target | None = None,
 ) -> list[Candidates]:
     """Every complete family of a (problem, tile), ``target``'s default transformed dtype first."""
-    out = [family(problem, tile, xd, names, limit) for xd in xdtypes(problem, tile, target)]
+    out = [family(problem, tile, xd, names, limit, target) for xd in xdtypes(problem, tile, target)]
     return [c for c in out if c.complete]
 
 

@@ -158,6 +158,14 @@ class Renderer:
     def sync(self) -> str:
         return self.barrier_call
 
+    # Block-wide max reductions ---------------------------------------------------------------
+    def reduce_strides(self, block: int) -> list[int]:
+        """The steps of a block-wide max reduction over shared memory, one phase each: a
+        tree of halving strides block/2 ... 1 (every thread folds the value one stride
+        above it), log2(block) barriers. A stride of 0 stands for one serial step instead:
+        each segment's first thread folds the rest of its segment itself."""
+        return [block >> step for step in range(1, block.bit_length())]
+
     # Per-thread arrays that live across barriers (accumulators) -------------------------------
     def private(self, ctype: str, name: str, count: int) -> str:
         """Declared at the kernel's top level, before the first phase."""
@@ -287,6 +295,13 @@ class CRenderer(Renderer):
 
     def private(self, ctype: str, name: str, count: int) -> str:
         return f"{ctype} {name}[{self.block}][{count}];"
+
+    def reduce_strides(self, block: int) -> list[int]:
+        """One serial step (stride 0): under the emulation a phase is a loop over the block's
+        threads, so a tree would be log2(block) loops over every thread to fold a few values
+        each; one loop in which each segment's first thread folds its segment does the same
+        max (max is exact in any order) in one pass."""
+        return [0]
 
     def priv(self, name: str) -> str:
         return f"{name}[tid]"

@@ -218,9 +218,11 @@ class HostGemm:
 
     Whether a batch split changes a bit is the BLAS's business: a row of M is the same GEMM
     row whatever the chunk, but the BLAS may round it differently in a call of another row
-    count (``blas_rows_invariant``). OpenBLAS's SkylakeX sgemm kernels did not; its Haswell
-    kernels (``OPENBLAS_CORETYPE=Haswell``, as the Zen 5 development machine sets) do, by fp32
-    rounding in K3 alone (docs/RUNTIME.md, "Batch split"; the host tests check both cases).
+    count (``blas_rows_invariant`` probes it). On the earlier development machines OpenBLAS
+    kept the bits; on the Zen 5 machine of 2026-12-02 neither its Haswell kernels (the
+    environment's ``OPENBLAS_CORETYPE``) nor its SkylakeX ones do: the rows of a tail panel
+    take another order, so a split moves y by fp32 rounding in K3 alone (docs/RUNTIME.md,
+    "Batch split"; the host tests check both cases).
 
     The c target's default pick stores V and U in fp32 for every io dtype (grids/targets.yaml),
     so nothing is widened; 16-bit operands (forced 16-bit storage) are widened one bin at a
@@ -295,6 +297,49 @@ def blas_rows_invariant() -> bool:
             for rows in (1, 3, 7, 16, 24)
             for i in range(0, len(a), rows)
         )
+
+
+#: OpenBLAS core types without AVX-512 kernels (what a DYNAMIC_ARCH build takes on a CPU with
+#: AVX-512 that it does not know, or what OPENBLAS_CORETYPE forces).
+_AVX2_CORES = {"haswell", "zen"}
+
+
+def blas_advice(info: list[dict] | None = None, flags: set[str] | None = None) -> str | None:
+    """A sentence when numpy's OpenBLAS runs AVX2 kernels on a CPU with AVX-512 (K3 is most of
+    the host's time on wide layers): OPENBLAS_CORETYPE=SkylakeX, set before numpy is imported,
+    picks the AVX-512 kernels. None otherwise. ``info`` (threadpoolctl's) and ``flags`` (the
+    CPU's, /proc/cpuinfo) for tests."""
+    if info is None:
+        from threadpoolctl import threadpool_info
+
+        info = threadpool_info()
+    if flags is None:
+        flags = cpu_flags()
+    cores = [
+        i.get("architecture") or ""
+        for i in info
+        if i.get("internal_api") == "openblas" and i.get("user_api") == "blas"
+    ]
+    slow = [c for c in cores if c.lower() in _AVX2_CORES]
+    if not slow or "avx512f" not in flags or os.environ.get("OPENBLAS_CORETYPE"):
+        return None
+    return (
+        f"numpy's OpenBLAS runs its {slow[0]} (AVX2) kernels on this AVX-512 CPU; K3 (the "
+        "GEMM) runs about 1.5x faster on its SkylakeX kernels: set OPENBLAS_CORETYPE=SkylakeX "
+        "before numpy is imported"
+    )
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (Linux /proc/cpuinfo; empty elsewhere)."""
+    try:
+        text = open("/proc/cpuinfo", encoding="ascii", errors="replace").read()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
 
 
 def passive_openmp() -> None:

@@ -480,7 +480,8 @@ def _tuned_with_epilogue(problem, specs, epilogue, manifest, caller_tile):
     the epilogue where the manifest holds it, else the first fit); None when the tuned tile
     has no K4 with the epilogue and the caller left the tile to dispatch."""
     try:
-        return output_with_epilogue(problem, specs, epilogue, _ranking(manifest))
+        ranking = _ranking(manifest)
+        return output_with_epilogue(problem, specs, epilogue, ranking, manifest.target)
     except Refused:
         if caller_tile is not None:
             raise
