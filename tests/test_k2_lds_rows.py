@@ -78,7 +78,9 @@ def _specs(case, path: K2Path) -> dict:
         k2 = _lds_rows(tile, problem, k2, prescale, vec)
     else:  # the held window at the widest vector its registers allow
         vec = next(v for v in (4, 2, 1) if tile.bins * v <= 144 and problem.Cg % v == 0)
-        k2 = k2.replace(vec=vec, block=256, prescale=prescale)
+        k2 = k2.replace(
+            vec=vec, block=256, path=K2Path.REGISTER, lds_lanes=0, lds_width=0, prescale=prescale
+        )
     specs[Stage.INPUT] = k2
     if prescale is Prescale.SPLIT:
         k2a = candidates(Stage.PRESCALE, tile, problem.dtype, DType.FP16)
