@@ -6,6 +6,12 @@ against the current default pick (M in fp16 where the fp16_m_range rule admits i
     python3 scripts/gpu_lean.py table           # the per-stage table and the geomeans vs cuDNN
     python3 scripts/gpu_lean.py stages          # every K2 and K4 candidate of each layer, alone
     python3 scripts/gpu_lean.py once CASE       # each K2 candidate once (under ncu)
+    python3 scripts/gpu_lean.py rowstages       # the default K2 and every LDS-rows K2, alone
+
+WINO_LEAN_VARIANTS picks the pipelines `build` and `table` use (default old,new): old (the
+pick before issue 9's first changes), new (the default pick), rows8 / rows4 (the default pick
+with K2 on the LDS-rows path at vec 8 / vec 4: the fused prescale's fewest lanes that hold C,
+else the split one). `once` runs the default K2 and the LDS-rows candidates of the case.
 
 Run from the repository root with CuPy and PyTorch importable (doit is not needed: the build
 goes through wino.builder.builder). Times are CUDA-graph replays (wino.bench's timer: the
@@ -31,6 +37,7 @@ from wino.bench.cases import problems_from  # noqa: E402
 from wino.bench.device import open_device  # noqa: E402
 from wino.bench.roofline import bandwidth_gbs, stage_bytes  # noqa: E402
 from wino.bench.select import Prober  # noqa: E402
+from wino.grid import aot_stage_specs  # noqa: E402
 from wino.launch import stage_launch  # noqa: E402
 from wino.pick import candidates, default_stage_specs  # noqa: E402
 from wino.problem import Problem  # noqa: E402
@@ -47,6 +54,7 @@ CASES = Path(
 )
 DTYPES = tuple(DType(d) for d in os.environ.get("WINO_LEAN_DTYPES", "fp16,bf16").split(","))
 TIMED = (Stage.PRESCALE, Stage.INPUT, Stage.GEMM, Stage.OUTPUT)  # U cached: K1 once
+VARIANTS = tuple(os.environ.get("WINO_LEAN_VARIANTS", "old,new").split(","))
 
 
 def layers() -> list[Problem]:
@@ -95,11 +103,51 @@ def old_pick(problem: Problem, new: dict) -> dict:
     return old
 
 
+def lds_rows(problem: Problem, vec: int) -> list:
+    """The grid's LDS-rows K2 specs of the problem's default tile and storage at ``vec`` that
+    fit it: the fused prescale first, then the fewest lanes (the smallest region holding C)."""
+    tile = default_tile(problem)
+    xdtype = default_stage_specs(problem, tile, target=TARGET)[Stage.INPUT].xdtype
+    rank = {Prescale.FUSED: 0, Prescale.SPLIT: 1, Prescale.NONE: 2}
+    specs = [
+        s
+        for s in aot_stage_specs(Stage.INPUT)
+        if s.path is K2Path.LDS_ROWS
+        and (s.tile, s.io, s.xdtype, s.vec) == (tile, problem.dtype, xdtype, vec)
+    ]
+    specs.sort(key=lambda s: (rank[s.prescale], s.lds_lanes, s.block))
+    out = []
+    for spec in specs:
+        try:
+            stage_launch(spec, replace(problem, N=1))
+        except Refused:
+            continue
+        out.append(spec)
+    return out
+
+
+def rows_pick(problem: Problem, new: dict, vec: int) -> dict | None:
+    """The default pick with K2 on the LDS-rows path at ``vec`` (K2a where it is split)."""
+    fitting = lds_rows(problem, vec)
+    if not fitting:
+        return None
+    specs = {k: v for k, v in new.items() if k is not Stage.PRESCALE}
+    specs[Stage.INPUT] = fitting[0]
+    if fitting[0].prescale is Prescale.SPLIT:
+        k2a = candidates(Stage.PRESCALE, fitting[0].tile, problem.dtype, fitting[0].xdtype)
+        specs[Stage.PRESCALE] = _first_fit(k2a, problem)
+    return specs
+
+
 def variants(problem: Problem) -> dict[str, dict]:
     """old: the pick before this work (held-window K2 at block >= 256, M in fp32); new: the
-    default pick."""
-    new = default_stage_specs(problem, default_tile(problem))
-    return {"old": old_pick(problem, new), "new": new}
+    default pick; rows8 / rows4: the default pick with the LDS-rows K2 (``rows_pick``).
+    Only those WINO_LEAN_VARIANTS names; a rows variant nothing fits is left out."""
+    new = default_stage_specs(problem, default_tile(problem), target=TARGET)
+    out = {"old": lambda: old_pick(problem, new), "new": lambda: new}
+    out |= {f"rows{v}": (lambda v=v: rows_pick(problem, new, v)) for v in (8, 4)}
+    picked = {name: out[name]() for name in VARIANTS}
+    return {name: specs for name, specs in picked.items() if specs is not None}
 
 
 def k2_candidates(problem: Problem):
@@ -114,8 +162,11 @@ def build() -> None:
     for p in layers():
         for v in variants(p).values():
             specs |= set(v.values())
-        by = k2_candidates(p)
-        specs |= set(by[Stage.INPUT]) | set(by[Stage.PRESCALE]) | set(by[Stage.OUTPUT])
+        if any(v.startswith("rows") for v in VARIANTS):  # every LDS-rows K2 (rowstages)
+            specs |= set(lds_rows(p, 8)) | set(lds_rows(p, 4)) | {split_prescale(p)}
+        if os.environ.get("WINO_LEAN_CANDIDATES", "1") != "0":  # 0: the variants' kernels only
+            by = k2_candidates(p)
+            specs |= set(by[Stage.INPUT]) | set(by[Stage.PRESCALE]) | set(by[Stage.OUTPUT])
     result = builder.build(
         sorted(specs, key=lambda s: s.name), [TARGET], root=ROOT, jobs=os.cpu_count()
     )
@@ -241,6 +292,37 @@ def stage_candidates() -> None:
         prober.release()
 
 
+def split_prescale(problem: Problem):
+    """The K2a of the problem's default tile and storage (for the split LDS-rows K2)."""
+    k2 = default_stage_specs(problem, default_tile(problem), target=TARGET)[Stage.INPUT]
+    return _first_fit(candidates(Stage.PRESCALE, k2.tile, problem.dtype, k2.xdtype), problem)
+
+
+def rows_stages() -> None:
+    """The default K2 and every LDS-rows K2 of each layer (grid order: fused, fewest lanes
+    first; vec 8 then 4), each timed alone, as % of the copy bandwidth."""
+    device = open_device(TARGET, ROOT)
+    copy = device.copy_gbs()
+    print(f"copy bandwidth {copy:.0f} GB/s")
+    for p in layers():
+        operands = device.operands(p)
+        prober = Prober(device, p, operands, ROOT)
+        base = variants(p)["new"]
+        k2a = base.get(Stage.PRESCALE) or split_prescale(p)
+        for spec in (base[Stage.INPUT], *lds_rows(p, 8), *lds_rows(p, 4)):
+            try:
+                us, moved = _time_candidate(prober, base, Stage.INPUT, spec, k2a)
+            except (Refused, KeyError) as err:
+                print(f"{_label(p)} {p.dtype.short} {spec.name}: {err}")
+                continue
+            gbs = bandwidth_gbs(moved, us)
+            print(
+                f"k2 {_label(p)} | {p.dtype.short} | {spec.name} | {us:.1f} us | "
+                f"{gbs:.0f} GB/s | {100 * gbs / copy:.0f}% copy"
+            )
+        prober.release()
+
+
 def once(case: str) -> None:
     """Each K2 candidate of the case (a MIOpenDriver line) run once, for ncu -k regex:k2_."""
     device = open_device(TARGET, ROOT)
@@ -250,7 +332,10 @@ def once(case: str) -> None:
         prober = Prober(device, p, operands, ROOT)
         base = variants(p)["new"]
         by = k2_candidates(p)
-        for spec in by[Stage.INPUT]:
+        k2s = by[Stage.INPUT]
+        if any(v.startswith("rows") for v in VARIANTS):  # the default K2 and the LDS-rows ones
+            k2s = (base[Stage.INPUT], *lds_rows(p, 8)[:1], *lds_rows(p, 4)[:1])
+        for spec in k2s:
             specs = {k: v for k, v in base.items() if k is not Stage.PRESCALE}
             specs[Stage.INPUT] = spec
             if spec.prescale.value == "split":
@@ -266,7 +351,7 @@ def once(case: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("build", "table", "stages", "once"))
+    parser.add_argument("mode", choices=("build", "table", "stages", "rowstages", "once"))
     parser.add_argument("case", nargs="?", default="")
     args = parser.parse_args()
     if args.mode == "build":
@@ -275,6 +360,8 @@ def main() -> int:
         return table()
     elif args.mode == "stages":
         stage_candidates()
+    elif args.mode == "rowstages":
+        rows_stages()
     else:
         once(args.case)
     return 0

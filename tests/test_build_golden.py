@@ -20,7 +20,7 @@ def _build_in_tmp(tmp_path_factory, monkeypatch):
 
 def test_shard_is_representative():
     specs = [k.spec for k in golden.SHARD]
-    assert 12 <= len(golden.SHARD) <= 16
+    assert 12 <= len(golden.SHARD) <= 18
     assert {s.stage for s in specs} == set(GRID_STAGES)
     k2 = [s for s in specs if isinstance(s, RtInputSpec)]
     assert {s.path for s in k2} == set(K2Path)

@@ -220,8 +220,12 @@ def test_default_pick_is_narrowed(tile, dtype, target):
 def test_default_pick_fused_for_narrow_and_split_for_wide_c(tile):
     """The GPUs' pick (fp16 storage for fp16 inputs; the c target stores fp32, unscaled)."""
     narrow = default_stage_specs(_problem(64), tile, target=Target.CUDA)[Stage.INPUT]
-    lanes = 64 // narrow.vec  # the smallest block that holds them (64 at least)
-    assert (narrow.prescale, narrow.block) == (Prescale.FUSED, max(64, lanes))
+    if tile in (Tile(2, 2), Tile(4, 4)):  # the LDS-rows path, the fewest lanes that hold C
+        assert narrow.path is K2Path.LDS_ROWS and narrow.prescale is Prescale.FUSED
+        assert narrow.lds_lanes * narrow.vec == 64
+    else:
+        lanes = 64 // narrow.vec  # the smallest block that holds them (64 at least)
+        assert (narrow.prescale, narrow.block) == (Prescale.FUSED, max(64, lanes))
     wide = default_stage_specs(_problem(16384), tile, target=Target.CUDA)  # past 1024 lanes
     assert wide[Stage.INPUT].prescale is Prescale.SPLIT and Stage.PRESCALE in wide
 

@@ -30,7 +30,7 @@ from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused, check_spec
 from wino.specs import RtFilterSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec
-from wino.vocab import TILES, DType, Stage, Tile
+from wino.vocab import TILES, DType, K2Path, Prescale, Stage, Tile
 
 
 def _ceil(a: int, b: int) -> int:
@@ -116,6 +116,30 @@ def _k2_lds(spec, ka, bx, by, tid, block):
         yield from ((g, p, cc) for cc in range(cl, cl + spec.vec))
 
 
+def _k2_ldsrow(spec, ka, bx, by, tid, block):
+    """The last phase of templates/k2_input.j2's LDS-rows path: items e = tid, tid + block, ...
+    of width x lanes are (tile t = e // lanes, lane e % lanes) of the workgroup's row and
+    channel chunk (all C for the fused prescale)."""
+    q, rw = _divmod(bx, ka, "RW")
+    q, pw = _divmod(q, ka, "dil_w")
+    n, tr = _divmod(q, ka, "TH")
+    g, ch = _divmod(by, ka, "CH")
+    chunk = spec.lds_lanes * spec.vec
+    if spec.prescale is Prescale.FUSED:
+        c_base, c_count = 0, ka["C"]
+    else:
+        c_base, c_count = g * ka["Cg"] + ch * chunk, min(chunk, ka["Cg"] - ch * chunk)
+    for e in range(tid, spec.lds_width * spec.lds_lanes, block):
+        t, lane = divmod(e, spec.lds_lanes)
+        j = rw * spec.lds_width + t
+        if j < ka["twp"] and lane * spec.vec < c_count:
+            p = (n * ka["TH"] + tr) * ka["TW"] + pw * ka["twp"] + j
+            assert _decode_tile(p, ka) == (n, *_divmod(tr, ka, "thp"), pw, j)
+            gg, cl = _divmod(c_base + lane * spec.vec, ka, "Cg")
+            assert cl + spec.vec <= ka["Cg"]
+            yield from ((gg, p, cc) for cc in range(cl, cl + spec.vec))
+
+
 def _k4(spec, ka, bx, by, tid, block):
     gid = bx * block + tid
     if gid >= ka["total"]:
@@ -158,6 +182,7 @@ EMULATIONS = {
     "k2_reg": _k2_reg,
     "k2_fused": _k2_fused,
     "k2_lds": _k2_lds,
+    "k2_ldsrow": _k2_ldsrow,
     "k4": _k4,
     "kf": _kf,
 }
@@ -297,6 +322,32 @@ def test_every_element_written_exactly_once(tile_index, tile, vec):
             _assert_exactly_once(spec, problem)
             checked += 1
     assert checked >= 20
+
+
+_LDS_ROWS = [
+    RtInputSpec(Tile(4, 4), DType.FP16, DType.FP16, 8, 64, K2Path.LDS_ROWS, 8, 8, Prescale.SPLIT),
+    RtInputSpec(Tile(2, 4), DType.FP32, DType.FP32, 4, 32, K2Path.LDS_ROWS, 4, 8, Prescale.NONE),
+    RtInputSpec(Tile(6, 2), DType.FP16, DType.FP16, 2, 64, K2Path.LDS_ROWS, 32, 2, Prescale.FUSED),
+]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    _LDS_ROWS + [s for s in aot_stage_specs(Stage.INPUT) if s.path is K2Path.LDS_ROWS][::5],
+    ids=lambda s: s.name,
+)
+def test_lds_rows_written_exactly_once(spec):
+    """LDS-rows K2 over the small problems, C/G widened to 16-byte units: 16 channels (a
+    partial chunk, fused lanes left idle) and 80 (split: chunks of 64 + 16 per group)."""
+    check_spec(spec)
+    for index, problem in enumerate(SMALL[::2]):
+        cg = 80 if spec.prescale is not Prescale.FUSED and index % 2 else 16
+        problem = replace(problem, C=problem.groups * cg, dtype=spec.io)
+        if spec.prescale is Prescale.FUSED and problem.C > spec.lds_lanes * spec.vec:
+            with pytest.raises(Refused, match="ldsrow_fused_channels"):
+                stage_launch(spec, problem)
+            continue
+        _assert_exactly_once(spec, problem)
 
 
 def test_small_problems_span_the_axes():

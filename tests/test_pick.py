@@ -36,8 +36,15 @@ def declared_order(monkeypatch):
 
 def test_the_declared_order_decides(declared_order):
     k2 = pick.default_stage_specs(PROBLEM, Tile(4, 4), target=GPU)[Stage.INPUT]
-    # the smallest fused block that holds the lanes first
-    assert (k2.block, k2.prescale) == (64, Prescale.FUSED)
+    # the LDS-rows path first, with the fewest lanes that hold C
+    assert (k2.path, k2.lds_lanes * k2.vec, k2.prescale) == (K2Path.LDS_ROWS, 64, Prescale.FUSED)
+    declared_order(
+        "k2",
+        [{"vec": "descending"}, {"prescale": ["fused"]}, {"path": ["reg"]}, {"block": "ascending"}],
+    )
+    k2 = pick.default_stage_specs(PROBLEM, Tile(4, 4), target=GPU)[Stage.INPUT]
+    # the register path's smallest fused block that holds the lanes first
+    assert (k2.path, k2.block, k2.prescale) == (K2Path.REGISTER, 64, Prescale.FUSED)
     declared_order(
         "k2",
         [{"vec": "ascending"}, {"path": ["reg"]}, {"prescale": ["split"]}, {"block": "descending"}],

@@ -25,6 +25,7 @@ from wino.specs import RtFilterSpec, RtFusedSpec, RtInputSpec, RtOutputSpec, RtP
 from wino.vocab import TILES, DType, Tile
 
 LDS = dict(path="lds", lds_lanes=16, lds_width=4, block=64, prescale="split")
+ROWS = dict(path="ldsrow", vec=8, lds_lanes=8, lds_width=8, block=64)  # F4x4 fp16: 27 KB
 P = rule_book()[0]  # the file's params: messages quote them
 
 #: spec rule id -> (a spec that breaks that rule and no earlier one, a fragment of the message)
@@ -152,6 +153,23 @@ SPEC_BREAKERS = {
         RtOutputSpec(io="fp32", accdtype="fp16"),
         "M stored in fp16 with io fp32 is not supported",
     ),
+    "ldsrow_no_lanes": (
+        RtInputSpec(**{**ROWS, "lds_width": 0}),
+        "LDS-rows path with 8 lanes x 0 tiles holds no channel or no tile",
+    ),
+    "ldsrow_items_not_warp_multiple": (
+        RtInputSpec(**{**ROWS, "lds_width": 3}),
+        "lds_lanes x lds_width = 8x3 items per bin row is not a multiple of the 32-thread warp",
+    ),
+    "ldsrow_chunk_not_16_bytes": (
+        RtInputSpec(**{**ROWS, "vec": 1, "lds_lanes": 4}),
+        "a chunk of 4 lanes x vec 1 channels of fp16 is not whole 16-byte copies",
+    ),
+    "ldsrow_bytes_over_limit": (
+        RtInputSpec(**{**ROWS, "lds_lanes": 32}),
+        f"F4x4 LDS-rows region of 8 tiles x 32 lanes x vec 8 needs 108936 bytes, over the "
+        f"{P['lds_bytes_limit']}-byte",
+    ),
 }
 
 #: spec rule id -> the change that repairs its breaking spec (and breaks nothing else)
@@ -190,6 +208,10 @@ SPEC_REPAIRS = {
     "stream_not_a_flag": dict(extra={"stream": 1}),
     "streamed_registers": dict(vec=4),
     "stream_needs_register_path": dict(extra={}),
+    "ldsrow_no_lanes": dict(lds_width=8),
+    "ldsrow_items_not_warp_multiple": dict(lds_width=4),
+    "ldsrow_chunk_not_16_bytes": dict(lds_lanes=8),
+    "ldsrow_bytes_over_limit": dict(lds_lanes=8),
 }
 
 #: problem rule id -> (a problem that breaks it, a fragment of the message)
@@ -248,6 +270,16 @@ FIT_BREAKERS = {
         RtInputSpec(vec=2, block=256),
         Problem(**{**_FIT, "C": 1024}),
         "fused prescale needs all C/vec = 512 channel lanes",
+    ),
+    "ldsrow_fused_channels": (
+        RtInputSpec(**ROWS),
+        Problem(**{**_FIT, "C": 128}),
+        "stages all C = 128 channels of a tile in one workgroup, more than its 8 lanes x vec 8",
+    ),
+    "ldsrow_cg_not_16_bytes": (
+        RtInputSpec(**{**ROWS, "vec": 4, "lds_lanes": 16}),
+        Problem(**{**_FIT, "C": 12, "K": 12, "groups": 3}),
+        "C/G = 4 channels of fp16 are not whole units",
     ),
     "index_past_31_bits_chunk": (
         RtOutputSpec(),

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from .magic import INDEX_LIMIT
 from .problem import Problem
-from .vocab import K2Path, Tile
+from .vocab import K2Path, Prescale, Tile
 
 ALIGN = 256  # every workspace buffer starts on a 256-byte boundary
 
@@ -60,8 +60,17 @@ def elems_one_image(problem: Problem, tile: Tile) -> int:
 
 
 def lds_bytes(spec) -> int:
-    """Shared memory of the LDS-region path: ah rows x (width*mw + 2) cols x lanes*vec fp32."""
-    if getattr(spec, "path", None) is not K2Path.LDS:
-        return 0
-    cols = spec.lds_width * spec.tile.mw + 2
-    return spec.tile.ah * cols * spec.lds_lanes * spec.vec * 4
+    """Shared memory of K2's shared-memory paths. LDS region: ah rows x (width*mw + 2) cols x
+    lanes*vec fp32. LDS rows: ah rows x (width*mw + 2) cols x lanes*vec channels in the io dtype,
+    plus, for the fused prescale, a max per (column, 16-byte unit) and per column in fp32."""
+    path = getattr(spec, "path", None)
+    cols = spec.tile.mw * getattr(spec, "lds_width", 0) + 2
+    if path is K2Path.LDS:
+        return spec.tile.ah * cols * spec.lds_lanes * spec.vec * 4
+    if path is K2Path.LDS_ROWS:
+        channels = spec.lds_lanes * spec.vec
+        region = ceil_div(spec.tile.ah * cols * channels * spec.io.itemsize, 16) * 16
+        units = ceil_div(channels * spec.io.itemsize, 16)
+        fused = spec.prescale is Prescale.FUSED
+        return region + (cols * units + cols) * 4 * fused
+    return 0

@@ -36,6 +36,7 @@ class Kind(enum.Enum):
     K2_REG = "k2_reg"
     K2_FUSED = "k2_fused"
     K2_LDS = "k2_lds"
+    K2_LDS_ROWS = "k2_ldsrow"
     K4 = "k4"
     KF = "kf"  # the fused kernel (plan kind fused2d_rt, docs/FUSED.md)
 
@@ -157,6 +158,18 @@ def _k2_lds(spec, problem, tg, lanes):
     return geometry, {"RW": regions, "CH": chunks, "grid_y": problem.groups * chunks}
 
 
+def _k2_lds_rows(spec, problem, tg, lanes):
+    """A workgroup per (image, tile row, column phase, run of lds_width tiles) and, but for
+    the fused prescale (one chunk of all C channels), per (group, chunk of lanes*vec channels)."""
+    regions = ceil_div(tg.twp, spec.lds_width)
+    fused = spec.prescale is Prescale.FUSED
+    chunks = 1 if fused else ceil_div(problem.Cg, spec.lds_lanes * spec.vec)
+    grid_y = 1 if fused else problem.groups * chunks
+    grid_x = problem.N * tg.TH * problem.dil_w * regions
+    geometry = ((grid_x, grid_y, 1), (spec.block, 1, 1), lds_bytes(spec))
+    return geometry, {"RW": regions, "CH": chunks, "grid_y": grid_y}
+
+
 def _kf(spec, problem, tg, lanes):
     kblocks = ceil_div(problem.Kg, spec.kblock)
     grid_dims = (ceil_div(tg.P, spec.tiles), problem.groups * kblocks, 1)
@@ -205,6 +218,16 @@ KINDS: tuple[StageKind, ...] = (
         ("P", "C", "Cg", "G", "N", *_WINDOW, *_TILE_DECODE, "RW", "CH"),
         ("RW", "dil_w", *_TILE_DECODE, "CH"),
         _k2_lds,
+    ),
+    StageKind(
+        Kind.K2_LDS_ROWS,
+        RtInputSpec,
+        (("path", K2Path.LDS_ROWS),),
+        "k2_input.j2",
+        _K2_BUFFERS,
+        ("P", "C", "Cg", "G", "N", *_WINDOW, *_TILE_DECODE, "RW", "CH"),
+        ("RW", "dil_w", *_TILE_DECODE, "CH", "Cg"),
+        _k2_lds_rows,
     ),
     StageKind(
         Kind.K2_FUSED,

@@ -95,7 +95,8 @@ def _tile_section() -> list[str]:
             rows.append([tile.name, f"{io.short}/{xd.short}"] + [str(c or "-") for c in cells])
     legend = (
         "Specs per tile and dtype pair (io = input/output dtype, xdtype = transformed "
-        "storage); K2 split by path (`reg` register window, `lds` shared-memory region) "
+        "storage); K2 split by path (`reg` register window, `lds` shared-memory region, "
+        "`ldsrow` a row of tiles staged in shared memory) "
         "and prescale mode. K2a and K4 have no transformed dtype: their counts are per "
         "io. KF (the fused kernel, docs/FUSED.md) counts under its MMA operand dtype. `-`: none."
     )

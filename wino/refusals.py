@@ -390,6 +390,7 @@ def _spec_ns(spec: StageSpec, params: dict[str, Any]) -> dict[str, Any]:
     )
     if isinstance(spec, RtInputSpec):
         ns["lds_bytes"] = lds_bytes(spec)
+        ns["io_bytes"] = spec.io.itemsize
     if isinstance(spec, RtFusedSpec):
         ns.update(fused_namespace(spec))
     if isinstance(spec, RtOutputSpec):

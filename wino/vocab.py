@@ -84,6 +84,9 @@ class K2Path(enum.Enum):
 
     REGISTER = "reg"  # each thread loads its alpha x alpha window into registers
     LDS = "lds"  # a workgroup stages a region of overlapping tiles in shared memory
+    #: a workgroup stages a row of tiles' windows (all their channels) in shared memory with
+    #: 16-byte copies; a thread then transforms one row of bins of one tile from there
+    LDS_ROWS = "ldsrow"
 
     @property
     def short(self) -> str:

@@ -19,7 +19,7 @@ from ..problem import Problem
 from ..specs import RtFusedSpec, StageSpec
 from ..vocab import Activation, K2Path, Prescale, Target
 from .renderers import RENDERERS
-from .transforms import apply_2d, apply_2d_rows, tile_matrices
+from .transforms import apply_2d, apply_2d_row_pieces, apply_2d_rows, tile_matrices
 
 TEMPLATES = ROOT / "templates"
 
@@ -54,6 +54,13 @@ def _transform_lines(spec: StageSpec) -> dict[str, list[str]]:
         # K2's streamed variant: one row of bins at a time into vout[j] (templates/k2_input.j2)
         "input_rows": apply_2d_rows(
             *mats["input"], window(tile.aw), lambda i, j: f"vout[{j * vec} + v]", "t"
+        ),
+        # K2's LDS-rows path: one source column in, one bin out at a time (k2_input.j2)
+        "input_pieces": apply_2d_row_pieces(
+            *mats["input"],
+            lambda a, b: f"win[{a * vec} + v]",
+            lambda i, b: f"tb[{b * vec} + v]",
+            lambda i, j: "vout[v]",
         ),
     }
 

@@ -53,6 +53,11 @@ class Renderer:
     # An empty asm that "changes" a pointer variable: the compiler can no longer prove two of
     # its loads equal, so it reloads instead of keeping values live (K2's streamed transform)
     launder_asm = '__asm__ __volatile__("" : "+r"({var}));'
+    # A point the compiler keeps memory accesses on their side of, so that straight-line code
+    # made of independent pieces (K2's LDS-rows bin rows) does not have every piece's loads
+    # hoisted to the top (live all at once: spills). Every thread of the warp must reach it.
+    # The host runs a block's threads one at a time: nothing to order.
+    warp_order_call = ""
 
     def __init__(self, baked: dict[str, int] | None = None):
         self.baked = baked  # a problem's kernargs baked in as constants (the JIT route)
@@ -144,6 +149,10 @@ class Renderer:
 
     def barrier(self) -> str:
         return "}\n  " + self.barrier_call + "\n  {"
+
+    def warp_order(self) -> str:
+        """A statement memory accesses are not moved across (the warp's threads all reach it)."""
+        return self.warp_order_call
 
     def kernel_end(self, name: str, params: list[tuple[str, str]]) -> str:
         return "}\n}"
@@ -340,6 +349,7 @@ class CudaRenderer(Renderer):
     kernel_head = 'extern "C" __global__ void __launch_bounds__({bounds})\n'
     thread_ids = "bx = blockIdx.x, by = blockIdx.y, tid = threadIdx.x"
     launder_asm = 'asm volatile("" : "+l"({var}));'
+    warp_order_call = "__syncwarp();"
 
     def umulhi(self, a: str, b: str) -> str:
         return f"__umulhi({a}, {b})"
@@ -436,6 +446,7 @@ class HipRenderer(Renderer):
     no_unroll = "#pragma unroll 1"
     shared_qualifier = "__attribute__((shared)) "
     launder_asm = '__asm__ __volatile__("" : "+v"({var}));'
+    warp_order_call = "__builtin_amdgcn_wave_barrier();"
     barrier_call = (
         '__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); '
         "__builtin_amdgcn_s_barrier(); "

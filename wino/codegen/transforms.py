@@ -88,3 +88,26 @@ def apply_2d_rows(
         ]
         out.append((tuple(a for a in range(rows_in) if row[a] != 0), lines))
     return out
+
+
+def apply_2d_row_pieces(
+    left: Matrix, right: Matrix, src: Access, tmp: Access, dst: Access
+) -> list[tuple[tuple[int, ...], list[str], list[str]]]:
+    """``apply_2d_rows`` cut finer, for code that loads one source column at a time and stores
+    each result as it is made: per row i of ``left``, the source rows it reads, the statement
+    ``tmp(i, b) = ...`` of each source column b (it reads column b only) and the statement
+    ``dst(i, j) = ...`` of each j (it reads tmp(i, *)); the same sums in the same order as
+    apply_2d's, so the results are bit-identical."""
+    rows_in, cols_in = len(left[0]), len(right[0])
+    out = []
+    for i, row in enumerate(left):
+        firsts = [
+            f"{tmp(i, b)} = " + linear_combination(row, [src(a, b) for a in range(rows_in)]) + ";"
+            for b in range(cols_in)
+        ]
+        seconds = [
+            f"{dst(i, j)} = " + linear_combination(r, [tmp(i, b) for b in range(cols_in)]) + ";"
+            for j, r in enumerate(right)
+        ]
+        out.append((tuple(a for a in range(rows_in) if row[a] != 0), firsts, seconds))
+    return out

@@ -1,0 +1,198 @@
+"""K2's LDS-rows path (path ldsrow): a workgroup stages a row of tiles' windows in shared memory
+with 16-byte copies and a thread transforms one row of bins of one tile from there. On the host
+it computes the same sums in the same order as the register path's held window, so V, the tile
+scales and y are bit-identical to it (the C target keeps FMA contraction off): fused, split and
+no prescale, fp16 and fp32 storage, odd extents, partial rows of tiles and channel chunks,
+dilation, groups, an image smaller than a tile, over poisoned buffers with every element of
+V, ts and y written; and its refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests import host_cache
+from tests import runtime_fixtures as rf
+from wino.codegen.transforms import apply_2d, apply_2d_row_pieces, tile_matrices
+from wino.geometry import lds_bytes
+from wino.grid import aot_stage_specs
+from wino.launch import stage_launch
+from wino.pick import candidates, default_stage_specs
+from wino.problem import Problem
+from wino.refusals import Refused, check_spec
+from wino.runtime import dispatch
+from wino.specs import RtInputSpec
+from wino.vocab import DType, K2Path, Prescale, Stage, Target, Tile
+
+TILES = (Tile(2, 2), Tile(4, 4), Tile(4, 2), Tile(6, 6))
+PROBLEMS = {
+    "odd": dict(N=2, C=16, H=9, W=11, K=8, pad_h=1, pad_w=1),
+    "dilated": dict(N=1, C=8, H=13, W=12, K=4, pad_h=2, pad_w=1, dil_h=2, dil_w=3),
+    "groups": dict(N=1, C=16, H=7, W=10, K=8, pad_h=1, pad_w=0, groups=2),
+    # C/G = 80: split chunks of 64 + 16 channels per group; fused stages all 160 channels
+    "chunks": dict(N=1, C=160, H=6, W=21, K=8, pad_h=1, pad_w=1, groups=2),
+    "tiny": dict(N=2, C=16, H=3, W=2, K=8, pad_h=1, pad_w=1),
+}
+#: (target whose storage pick is used, prescale): the GPUs store V in fp16 (fused or split),
+#: the c target in fp32 (fp16 io without a tile scale, bf16 with one).
+MODES = (
+    (Target.CUDA, Prescale.FUSED),
+    (Target.CUDA, Prescale.SPLIT),
+    (Target.C, None),  # the c target's own prescale: none for fp16, fused for bf16
+)
+CASES = [
+    (label, tile, dtype, target, prescale)
+    for label in PROBLEMS
+    for tile in TILES
+    for dtype in ("fp16", "bf16")
+    for target, prescale in MODES
+]
+
+
+def _lds_rows(tile: Tile, problem: Problem, k2: RtInputSpec, prescale: Prescale, vec: int):
+    """The LDS-rows spec of the case: 8 tiles along a row (4 past 4 output columns), enough
+    lanes for all C when fused, 64-channel chunks otherwise."""
+    width = 8 if tile.mw <= 4 else 4
+    lanes = 64 // vec
+    if prescale is Prescale.FUSED:
+        while lanes * vec < problem.C:
+            lanes, width = lanes * 2, max(width // 2, 1)
+    return k2.replace(
+        vec=vec,
+        block=64 if vec == 8 else 128,
+        path=K2Path.LDS_ROWS,
+        lds_lanes=lanes,
+        lds_width=width,
+        prescale=prescale,
+    )
+
+
+def _specs(case, path: K2Path) -> dict:
+    label, tile, dtype, target, prescale = case
+    problem = Problem(**PROBLEMS[label], dtype=dtype)
+    specs = default_stage_specs(problem, tile, target=target)
+    k2 = specs[Stage.INPUT]
+    prescale = k2.prescale if prescale is None else prescale
+    if path is K2Path.LDS_ROWS:  # vec 8 and vec 4 in turn
+        vec = 8 if (len(label) + tile.bins) % 2 else 4
+        k2 = _lds_rows(tile, problem, k2, prescale, vec)
+    else:  # the held window at the widest vector its registers allow
+        vec = next(v for v in (4, 2, 1) if tile.bins * v <= 144 and problem.Cg % v == 0)
+        k2 = k2.replace(
+            vec=vec, block=256, path=K2Path.REGISTER, lds_lanes=0, lds_width=0, prescale=prescale
+        )
+    specs[Stage.INPUT] = k2
+    if prescale is Prescale.SPLIT:
+        k2a = candidates(Stage.PRESCALE, tile, problem.dtype, DType.FP16)
+        specs[Stage.PRESCALE] = next(s for s in k2a if problem.C % s.vec == 0)
+    else:
+        specs.pop(Stage.PRESCALE, None)
+    return specs
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("k2-lds-rows")
+    specs = set()
+    for case in CASES:
+        for path in (K2Path.REGISTER, K2Path.LDS_ROWS):
+            specs |= set(_specs(case, path).values())
+    host_cache.build(specs, root)
+    return root
+
+
+@pytest.mark.parametrize(
+    "case", CASES, ids=lambda c: "-".join(str(getattr(v, "value", v)) for v in c)
+)
+def test_lds_rows_k2_is_bit_identical_to_the_held_window(root, case):
+    label, tile, dtype, _, _ = case
+    problem = Problem(**PROBLEMS[label], dtype=dtype)
+    x, w = rf.inputs(problem, np.random.default_rng(len(label) + tile.bins))
+    x[0, 0, 0, 0] *= 1000  # one tile's max far above its neighbours' (halo columns shared)
+    outs = []
+    for path in (K2Path.REGISTER, K2Path.LDS_ROWS):
+        specs = _specs(case, path)
+        plan = dispatch(problem, target="c", tile=tile, cache_root=root, specs=specs)
+        assert plan.specs[Stage.INPUT].path is path
+        y, workspace = rf.poisoned(plan)
+        plan.run(x, w, y=y, workspace=workspace)
+        assert not any(rf.unwritten(plan, workspace).values())
+        assert np.isfinite(y.astype(np.float32)).all()
+        views = plan.backend().workspace(plan, workspace, plan.batch_split)
+        ts = views["ts"].copy() if plan.prescale is not Prescale.NONE else None
+        outs.append((y.view(np.uint16), views["V"].view(np.uint8), ts))
+    for held, rows in zip(*outs, strict=True):
+        assert (held is None and rows is None) or np.array_equal(held, rows)
+
+
+def test_row_pieces_are_the_held_transform():
+    """apply_2d_row_pieces is apply_2d's sums, one source column in and one bin out at a time:
+    the same expressions (tmp and dst renamed), and each row names the window rows it reads."""
+    for mh, mw in ((2, 2), (4, 4), (6, 4)):
+        left, right = tile_matrices(mh, mw)["input"]
+        held = apply_2d(left, right, lambda a, b: f"w[{a}][{b}]", lambda i, j: f"o{i}_{j}", "t")
+        pieces = apply_2d_row_pieces(
+            left,
+            right,
+            lambda a, b: f"w[{a}][{b}]",
+            lambda i, b: f"t{i}_{b}",
+            lambda i, j: f"o{i}_{j}",
+        )
+        lines = [f"const float {line}" for _, firsts, _ in pieces for line in firsts]
+        lines += [line for _, _, seconds in pieces for line in seconds]
+        assert sorted(lines) == sorted(held)
+        for i, (used, _, _) in enumerate(pieces):
+            assert used == tuple(a for a in range(len(left[0])) if left[i][a] != 0)
+
+
+def test_grid_lds_rows_specs_fit_their_budget():
+    """Every grid LDS-rows spec: under the static shared-memory limit, items a warp multiple,
+    and launched over a problem with every tile of every row covered once."""
+    specs = [s for s in aot_stage_specs(Stage.INPUT) if s.path is K2Path.LDS_ROWS]
+    assert specs
+    for spec in specs:
+        check_spec(spec)
+        assert lds_bytes(spec) <= 49152
+        assert (spec.lds_lanes * spec.lds_width) % 32 == 0
+        p = Problem(N=3, C=min(spec.lds_lanes * spec.vec, 512), H=30, W=37, K=8, dtype=spec.io)
+        launch = stage_launch(spec, p)
+        regions = launch.kernargs["RW"]
+        assert regions * spec.lds_width >= launch.kernargs["twp"] > (regions - 1) * spec.lds_width
+        assert launch.grid[0] == p.N * launch.kernargs["TH"] * regions
+        assert launch.shared_bytes == lds_bytes(spec)
+
+
+BASE = RtInputSpec(Tile(4, 4), DType.FP16, DType.FP16, 8, 64, K2Path.LDS_ROWS, 8, 8)
+
+
+@pytest.mark.parametrize(
+    "change, rule",
+    [
+        (dict(lds_lanes=0), "ldsrow_no_lanes"),
+        (dict(lds_width=3), "ldsrow_items_not_warp_multiple"),
+        (dict(vec=1, lds_lanes=4, lds_width=8), "ldsrow_chunk_not_16_bytes"),
+        (dict(lds_lanes=32, lds_width=8), "ldsrow_bytes_over_limit"),
+        (dict(extra={"stream": 1}, vec=4, lds_lanes=16), "stream_needs_register_path"),
+    ],
+)
+def test_lds_rows_spec_refusals(change, rule):
+    check_spec(BASE)
+    with pytest.raises(Refused) as info:
+        check_spec(BASE.replace(**change))
+    assert info.value.rule == rule
+
+
+@pytest.mark.parametrize(
+    "problem, rule",
+    [
+        (dict(C=128), "ldsrow_fused_channels"),
+        (dict(C=3), "vec_not_dividing_cg"),
+        (dict(C=12, groups=3), "ldsrow_cg_not_16_bytes"),
+    ],
+)
+def test_lds_rows_fit_refusals(problem, rule):
+    spec = BASE if rule != "ldsrow_cg_not_16_bytes" else BASE.replace(vec=4, lds_lanes=16)
+    p = Problem(**{"N": 1, "H": 8, "W": 8, "K": 12, **problem}, dtype="fp16")
+    with pytest.raises(Refused) as info:
+        stage_launch(spec, p)
+    assert info.value.rule == rule
