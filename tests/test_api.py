@@ -13,6 +13,7 @@ from tests import runtime_fixtures as rf
 from wino.refusals import Refused
 from wino.runtime import conv2d_reference, relative_error
 from wino.runtime.api import problem_of
+from wino.runtime.host import HostGemm
 from wino.runtime.plan import default_tile
 from wino.vocab import DType, Tile
 
@@ -71,7 +72,10 @@ def test_conv2d_tile_and_dispatch_options(root):
     y4 = wino.conv2d(x, w, tile="F4x4", cache_root=root)
     y2 = wino.conv2d(x, w, tile=Tile(2, 2), cache_root=root)
     split = wino.conv2d(x, w, tile="F4x4", batch_split=1, cache_root=root)
-    assert np.array_equal(y4, split)
+    if HostGemm.rows_independent():  # the BLAS's rows do not depend on the row count
+        assert np.array_equal(y4, split)
+    else:  # the GEMM's reassociation through K4: within fp32 F4x4's bound (4.3e-6 measured)
+        assert relative_error(split, y4.astype(np.float64)) <= 4e-5
     for y, bound in ((y4, 4e-5), (y2, 2e-6)):
         assert relative_error(y, ref) <= bound
 
