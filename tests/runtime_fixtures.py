@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from wino.grid import aot_stage_specs
-from wino.pick import default_stage_specs
+from wino.pick import candidates, default_stage_specs
 from wino.problem import Problem
 from wino.runtime import verify
 from wino.runtime.arrays import numpy_dtype
@@ -68,6 +68,18 @@ def assert_split_matches(y_split, y_whole, tile: Tile, dtype: DType) -> None:
             np.float64
         )
     assert (np.abs(a - b) <= allowed).all(), f"split differs by {np.abs(a - b).max():.3g}"
+
+
+def with_input(specs: dict, k2: RtInputSpec, problem: Problem) -> dict:
+    """``specs`` with K2 swapped for ``k2`` and K2a as its prescale needs: for the split
+    prescale the grid's first K2a of the tile and io whose vector divides C, else none; in
+    pipeline order."""
+    out = {stage: spec for stage, spec in specs.items() if stage is not Stage.PRESCALE}
+    out[Stage.INPUT] = k2
+    if k2.prescale is Prescale.SPLIT:
+        k2a = candidates(Stage.PRESCALE, k2.tile, problem.dtype, k2.xdtype)
+        out[Stage.PRESCALE] = next(s for s in k2a if problem.C % s.vec == 0)
+    return dict(sorted(out.items(), key=lambda kv: list(Stage).index(kv[0])))
 
 
 # Cases -----------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from wino.codegen.transforms import apply_2d, apply_2d_row_pieces, tile_matrices
 from wino.geometry import lds_bytes
 from wino.grid import aot_stage_specs
 from wino.launch import stage_launch
-from wino.pick import candidates, default_stage_specs
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused, check_spec
 from wino.runtime import dispatch
@@ -81,13 +81,7 @@ def _specs(case, path: K2Path) -> dict:
         k2 = k2.replace(
             vec=vec, block=256, path=K2Path.REGISTER, lds_lanes=0, lds_width=0, prescale=prescale
         )
-    specs[Stage.INPUT] = k2
-    if prescale is Prescale.SPLIT:
-        k2a = candidates(Stage.PRESCALE, tile, problem.dtype, DType.FP16)
-        specs[Stage.PRESCALE] = next(s for s in k2a if problem.C % s.vec == 0)
-    else:
-        specs.pop(Stage.PRESCALE, None)
-    return specs
+    return rf.with_input(specs, k2, problem)
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,12 @@ import pytest
 from tests import host_cache
 from tests import runtime_fixtures as rf
 from wino.codegen.transforms import apply_2d, apply_2d_rows, tile_matrices
-from wino.pick import candidates, default_stage_specs
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused, check_spec
 from wino.runtime import dispatch
 from wino.specs import RtInputSpec
-from wino.vocab import DType, K2Path, Prescale, Stage, Tile
+from wino.vocab import K2Path, Prescale, Stage, Tile
 
 TILES = (Tile(2, 2), Tile(4, 4), Tile(4, 2), Tile(2, 4))
 PROBLEMS = {
@@ -40,13 +40,7 @@ def _specs(label: str, tile: Tile, dtype: str, prescale: Prescale, stream: int) 
     k2 = specs[Stage.INPUT].replace(
         vec=4, block=64, prescale=prescale, extra={"stream": 1} if stream else {}
     )
-    specs[Stage.INPUT] = k2
-    if prescale is Prescale.SPLIT:
-        k2a = candidates(Stage.PRESCALE, tile, problem.dtype, DType.FP16)
-        specs[Stage.PRESCALE] = next(s for s in k2a if problem.C % s.vec == 0)
-    else:
-        specs.pop(Stage.PRESCALE, None)
-    return specs
+    return rf.with_input(specs, k2, problem)
 
 
 @pytest.fixture(scope="module")

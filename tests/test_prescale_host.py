@@ -15,7 +15,7 @@ from tests import host_cache
 from tests import runtime_fixtures as rf
 from wino.codegen.render import render
 from wino.codegen.renderers import RENDERERS
-from wino.pick import candidates, default_stage_specs
+from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.runtime import conv2d_reference, dispatch, relative_error
 from wino.specs import RtFilterSpec, RtInputSpec, RtPrescaleSpec
@@ -41,13 +41,8 @@ def _specs(label: str, tile: Tile, dtype: str, prescale: Prescale) -> dict:
     several lanes per tile) in the given prescale mode (K2a first for split)."""
     problem = Problem(**PROBLEMS[label], dtype=dtype)
     specs = default_stage_specs(problem, tile)
-    specs[Stage.INPUT] = specs[Stage.INPUT].replace(vec=2, block=64, prescale=prescale)
-    specs.pop(Stage.PRESCALE, None)
-    if prescale is Prescale.SPLIT:
-        xdtype = specs[Stage.INPUT].xdtype
-        k2a = candidates(Stage.PRESCALE, tile, problem.dtype, xdtype)
-        specs[Stage.PRESCALE] = next(s for s in k2a if problem.C % s.vec == 0)
-    return dict(sorted(specs.items(), key=lambda kv: list(Stage).index(kv[0])))
+    k2 = specs[Stage.INPUT].replace(vec=2, block=64, prescale=prescale)
+    return rf.with_input(specs, k2, problem)
 
 
 @pytest.fixture(scope="module")
