@@ -7,6 +7,7 @@ import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -333,7 +334,7 @@ def blas_advice(info: list[dict] | None = None, flags: set[str] | None = None) -
 def cpu_flags() -> set[str]:
     """The CPU's feature flags (Linux /proc/cpuinfo; empty elsewhere)."""
     try:
-        text = open("/proc/cpuinfo", encoding="ascii", errors="replace").read()
+        text = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
     except OSError:
         return set()
     for line in text.splitlines():
