@@ -266,6 +266,21 @@ def _time_candidate(prober: Prober, base: dict, stage: Stage, spec, k2a) -> tupl
     return prober.time_stage(plan, stage, final=True), stage_bytes(plan)[stage]
 
 
+def _print_candidate(prober, base, stage: Stage, spec, k2a, copy: float) -> None:
+    """One candidate timed alone, as a table row: us, GB/s and % of the copy bandwidth."""
+    p = prober.problem
+    try:
+        us, moved = _time_candidate(prober, base, stage, spec, k2a)
+    except (Refused, KeyError) as err:
+        print(f"{_label(p)} {p.dtype.short} {spec.name}: {err}")
+        return
+    gbs = bandwidth_gbs(moved, us)
+    print(
+        f"{stage.short} {_label(p)} | {p.dtype.short} | {spec.name} | {us:.1f} us | "
+        f"{gbs:.0f} GB/s | {100 * gbs / copy:.0f}% copy"
+    )
+
+
 def stage_candidates() -> None:
     """Every K2 and K4 candidate of each layer (the default xdtype), timed alone."""
     device = open_device(TARGET, ROOT)
@@ -279,16 +294,7 @@ def stage_candidates() -> None:
         k2a = by[Stage.PRESCALE][0] if by[Stage.PRESCALE] else None
         for stage in (Stage.INPUT, Stage.OUTPUT):
             for spec in by[stage]:
-                try:
-                    us, moved = _time_candidate(prober, base, stage, spec, k2a)
-                except (Refused, KeyError) as err:
-                    print(f"{_label(p)} {p.dtype.short} {spec.name}: {err}")
-                    continue
-                gbs = bandwidth_gbs(moved, us)
-                print(
-                    f"{stage.short} {_label(p)} | {p.dtype.short} | {spec.name} | {us:.1f} us | "
-                    f"{gbs:.0f} GB/s | {100 * gbs / copy:.0f}% copy"
-                )
+                _print_candidate(prober, base, stage, spec, k2a, copy)
         prober.release()
 
 
@@ -310,16 +316,7 @@ def rows_stages() -> None:
         base = variants(p)["new"]
         k2a = base.get(Stage.PRESCALE) or split_prescale(p)
         for spec in (base[Stage.INPUT], *lds_rows(p, 8), *lds_rows(p, 4)):
-            try:
-                us, moved = _time_candidate(prober, base, Stage.INPUT, spec, k2a)
-            except (Refused, KeyError) as err:
-                print(f"{_label(p)} {p.dtype.short} {spec.name}: {err}")
-                continue
-            gbs = bandwidth_gbs(moved, us)
-            print(
-                f"k2 {_label(p)} | {p.dtype.short} | {spec.name} | {us:.1f} us | "
-                f"{gbs:.0f} GB/s | {100 * gbs / copy:.0f}% copy"
-            )
+            _print_candidate(prober, base, Stage.INPUT, spec, k2a, copy)
         prober.release()
 
 
