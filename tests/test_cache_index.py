@@ -4,6 +4,7 @@ validated (manifest sha256, schema sha256, each declared file's sha256)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -12,9 +13,9 @@ import time
 import pytest
 
 from tests import runtime_fixtures as rf
-from wino import cache, config, refusals
+from wino import cache, config, pick, refusals
 from wino.runtime import dispatch
-from wino.vocab import Target
+from wino.vocab import DType, Epilogue, Target
 
 
 @pytest.fixture
@@ -205,3 +206,57 @@ def test_a_manifest_the_reader_refuses_gets_no_index(root):
     assert not (path.parent / cache.INDEX).exists()
     with pytest.raises(cache.CacheError, match="is not the kernel's name"):
         cache.parse_manifest(path)
+
+
+def test_an_indexed_manifest_ranks_as_its_specs_do_and_makes_only_the_specs_it_reads(root):
+    """The ranking on the index's records (plain values, no spec made) orders every group as
+    the ranking of the same kernels' specs does, for every storage dtype, epilogue and
+    target; a spec is made only when the pick reads it."""
+    indexed = cache.parse_manifest(_manifest(root))
+    kernels = indexed.kernels
+    assert isinstance(kernels, cache.IndexedKernels)
+    by_specs = pick.Ranking(entry.spec for entry in dict(kernels).values())
+    fresh = cache.parse_manifest(_manifest(root))  # its own IndexedKernels: nothing made yet
+    on_records = pick.Ranking(records=fresh.records_of, make=fresh.spec)
+    compared = 0
+    for stage, tile, io in {(s.stage, s.tile, s.io) for s in by_specs._specs}:
+        for xdtype, epilogue, target in itertools.product(
+            (DType.FP16, DType.FP32, DType.BF16), Epilogue, (None, *Target)
+        ):
+            key = (stage, tile, io, xdtype, epilogue, target)
+            want = [s.name for s in by_specs.candidates(*key)]
+            assert [s.name for s in on_records.candidates(*key)] == want, key
+            compared += bool(want)
+    assert compared > 20
+
+
+def test_a_first_pick_makes_the_specs_it_tries_only(root):
+    case = rf.EXTRA[2]
+    manifest = cache.parse_manifest(_manifest(root))
+    ranking = pick.Ranking(records=manifest.records_of, make=manifest.spec)
+    specs = pick.default_stage_specs(case.problem, case.tile, ranking=ranking, target=Target.C)
+    made = manifest.kernels._specs
+    assert {s.name for s in specs.values()} <= set(made)
+    ranked = sum(len(r) for r in ranking._memo.values())
+    assert len(made) < ranked  # the ranked kernels past each stage's first fit were not made
+
+
+def test_an_index_replaced_after_it_was_opened_is_read_as_it_was(root):
+    """A publication renames a new index into place: a reader that opened the old one reads
+    its sections, not the new file's bytes at the old offsets."""
+    path = _manifest(root)
+    index = _index(path)
+    group = index.groups()[0]
+    want = json.loads(json.dumps(_index(path).section(group)))
+    replaced = path.parent / (cache.INDEX + ".new")
+    replaced.write_bytes(b"x" * 4096 + (path.parent / cache.INDEX).read_bytes())
+    os.replace(replaced, path.parent / cache.INDEX)
+    assert index.section(group) == want
+
+
+def test_an_index_written_in_place_after_it_was_opened_is_a_cache_error(root):
+    path = _manifest(root)
+    index = _index(path)
+    (path.parent / cache.INDEX).write_bytes(b"{}\n")  # the same file, truncated
+    with pytest.raises(cache.CacheError, match="written in place.*doit manifest"):
+        index.section(index.groups()[0])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from wino import config
+from wino import config, refusals
 from wino.config import ConfigError
 from wino.launch import stage_launch
 from wino.problem import Problem
@@ -612,3 +612,26 @@ def test_a_bad_rule_fails_at_load_with_id_and_line(
     from wino.cli import main
 
     assert main(["grid"]) == 2
+
+
+def test_a_problem_verdict_is_kept_and_raised_anew_each_time():
+    """check_problem keeps its verdict per problem and tile: each call raises a new Refused
+    with the rule id and message of the first rule the problem breaks, and a problem that
+    passes stays passing."""
+    bad = Problem(N=1, C=8, H=8, W=8, K=8, R=5, S=5)
+    raised = []
+    for _ in range(2):
+        with pytest.raises(Refused) as info:
+            refusals.check_problem(bad)
+        raised.append(info.value)
+    assert raised[0] is not raised[1]
+    assert raised[0].rule == raised[1].rule and raised[0].message == raised[1].message
+    assert refusals.check_problem(Problem(N=1, C=8, H=8, W=8, K=8, pad_h=1, pad_w=1)) is None
+
+
+def test_a_rule_names_its_file_and_line_when_a_message_shows_it():
+    _, book = refusals.rule_book()
+    rule = book[3]
+    path, line = str(rule.where).rsplit(":", 1)
+    text = (config.GRIDS / "refusals.yaml").read_text(encoding="utf-8").splitlines()
+    assert path.endswith("refusals.yaml") and f"id: {rule.id}" in text[int(line) - 1]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import config
 from .problem import Problem
-from .refusals import Rule, Scope, _rule_lines, probe, problem_namespace, rule_book
+from .refusals import Rule, RuleSite, Scope, probe, problem_namespace, rule_book
 
 FILE = "algorithms"
 
@@ -63,11 +63,10 @@ def load(path: Path) -> tuple[Crossover, ...]:
 
 def from_data(data: dict, path: Path, probing: bool = True) -> tuple[Crossover, ...]:
     """The rules of validated algorithms data (each probed unless told not to)."""
-    lines = _rule_lines(path)
     params = rule_book()[0]
     out = []
     for entry in data["rules"]:
-        where = f"{path}:{lines.get(entry['id'], '?')}"
+        where = RuleSite(path, entry["id"])
         rule = Rule(
             entry["id"], Scope.PROBLEM, (), entry["when"], entry["reason"], where, not probing
         )

@@ -32,6 +32,7 @@ import os
 import re
 import tempfile
 import warnings
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -93,11 +94,12 @@ def search_path(root: Path | str | None = None) -> list[BuildFolder]:
     if config.IS_CHECKOUT:
         found.append(BuildFolder(config.ROOT / "build", CacheSource.CHECKOUT))
     found.append(BuildFolder(config.PACKAGED / "build", CacheSource.PACKAGED))
-    seen: set[Path] = set()
+    seen: set[str] = set()
     unique = []
     for folder in found:
-        if folder.path.resolve() not in seen:
-            seen.add(folder.path.resolve())
+        real = os.path.realpath(folder.path)
+        if real not in seen:
+            seen.add(real)
             unique.append(folder)
     return unique
 
@@ -169,11 +171,12 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
 #:
 #: JSON lines: a header line (format, the manifest's sha256 and file state, the schema's
 #: sha256, the manifest's header fields, and where each section lies), then one line per
-#: section: ``abis`` (the distinct abi records), ``declared <kind>`` (the stamped YAML files)
-#: and ``kernels <stage> <tile> <io>`` (the records of one group, by name). A reader parses the
-#: header and only the sections it uses: a dispatch reads a few kernel groups of the hundred.
+#: section: ``abi <n>`` (the distinct abi records, one per line), ``declared <kind>`` (the
+#: stamped YAML files) and ``kernels <stage> <tile> <io>`` (the records of one group, by name).
+#: A reader maps the file and parses the header and only the sections it uses: a dispatch
+#: reads a few kernel groups of the hundred and the abis of the kernels it runs.
 INDEX = "manifest.index.jsonl"
-INDEX_FORMAT = 2
+INDEX_FORMAT = 3
 #: A kernel's record in the index: these manifest fields in this order, the abi by its number.
 INDEX_FIELDS = ("stage", "spec", "binary", "sha256", "registers", "spills", "abi")
 #: The declared files the runtime reads (spec axes and the default pick order; the rule book; the
@@ -224,14 +227,16 @@ def runtime_index(
     except CacheError:
         return None
     abis: list[dict[str, Any]] = []
-    sections: dict[str, Any] = {"abis": abis}
-    sections.update({f"declared {kind}": _declared_stamp(kind) for kind in STAMPED})
+    groups: dict[str, Any] = {}
     for name, fields in sorted(manifest["kernels"].items()):  # the same bytes from any build
         if fields["abi"] not in abis:
             abis.append(fields["abi"])
         record = {**fields, "abi": abis.index(fields["abi"])}
-        group = sections.setdefault(group_key(fields["stage"], fields["spec"]), {})
+        group = groups.setdefault(group_key(fields["stage"], fields["spec"]), {})
         group[name] = [record.get(key) for key in INDEX_FIELDS]
+    sections: dict[str, Any] = {f"abi {number}": abi for number, abi in enumerate(abis)}
+    sections.update({f"declared {kind}": _declared_stamp(kind) for kind in STAMPED})
+    sections.update(groups)
     lines, where, at = [], {}, 0
     for key, value in sections.items():
         line = json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n"
@@ -267,11 +272,14 @@ def _declared_stamp(kind: str) -> dict[str, Any]:
 
 
 class Index:
-    """A runtime index as read: its header, and its sections parsed on first use."""
+    """A runtime index as read: its header, and its sections read and parsed on first use
+    from the file opened when the header was read (a publication renames a new file into
+    place, so the open one keeps the content the header describes)."""
 
-    def __init__(self, header: dict[str, Any], blob: bytes, start: int):
-        self.header, self._blob, self._start = header, blob, start
+    def __init__(self, header: dict[str, Any], fd: int, start: int, path: Path):
+        self.header, self._fd, self._start, self._path = header, fd, start, path
         self._parsed: dict[str, Any] = {}
+        weakref.finalize(self, os.close, fd)
 
     def section(self, key: str) -> Any:
         """A section's data (None when the index has no such section)."""
@@ -279,8 +287,14 @@ class Index:
             where = self.header["sections"].get(key)
             if where is None:
                 return None
-            begin = self._start + where[0]
-            self._parsed[key] = json.loads(self._blob[begin : begin + where[1]])
+            data = os.pread(self._fd, where[1], self._start + where[0])
+            try:
+                self._parsed[key] = json.loads(data)
+            except ValueError:
+                raise CacheError(
+                    f"{self._path}: section {key!r} is not what its header says (the file "
+                    "was written in place after it was opened); rebuild it: `doit manifest`"
+                ) from None
         return self._parsed[key]
 
     def groups(self) -> list[str]:
@@ -288,22 +302,47 @@ class Index:
         return [key for key in self.header["sections"] if key.startswith("kernels ")]
 
 
+#: The first read of an index: its header line (about 5 KB) and usually nothing more.
+_HEADER_READ = 1 << 14
+
+
+def _open_index(path: Path) -> Index | None:
+    """The index at ``path`` with its header read (the file kept open for its sections);
+    None when it is absent or its first line is not a JSON object."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        head, size = b"", _HEADER_READ
+        while b"\n" not in head:
+            more = os.pread(fd, size, len(head))
+            if not more:
+                raise ValueError("no header line")
+            head, size = head + more, size * 2
+        start = head.index(b"\n") + 1
+        header = json.loads(head[:start])
+        if not isinstance(header, dict):
+            raise ValueError("the header is not an object")
+    except (OSError, ValueError):
+        os.close(fd)
+        return None
+    return Index(header, fd, start, path)  # closes the file when dropped
+
+
 def _read_index(path: Path) -> tuple[Index | None, bytes | None]:
     """(the index beside the manifest at ``path`` when it is of this manifest and of these
     schemas, else None; the manifest's bytes when they were read to tell). The manifest is
     hashed only when its file state is not the one the build published (a copied or
     installed cache): the state of a file changes with any write to it or rename over it."""
-    try:
-        blob = (path.parent / INDEX).read_bytes()
-        start = blob.index(b"\n") + 1
-        header = json.loads(blob[:start])
-    except (OSError, ValueError):
+    index = _open_index(path.parent / INDEX)
+    if index is None:
         return None, None
-    if not isinstance(header, dict) or header.get("index_format") != INDEX_FORMAT:
+    header = index.header
+    if header.get("index_format") != INDEX_FORMAT:
         return None, None
     if header.get("schema_sha256") != config.schema_sha256("manifest"):
         return None, None
-    index = Index(header, blob, start)
     state = header.get("manifest_state")
     if state is not None and _state(path) == state:
         return index, None
@@ -346,7 +385,7 @@ class IndexedKernels(Mapping):
             if record is None:
                 raise KeyError(name)
             fields = dict(zip(INDEX_FIELDS, record, strict=True))
-            fields["symbol"], fields["abi"] = name, self._index.section("abis")[fields["abi"]]
+            fields["symbol"], fields["abi"] = name, self._index.section(f"abi {fields['abi']}")
             spec = self._specs.get(name)  # the ranking made it: checked again below
             made = self._made[name] = _entry(self._path, self._target, name, fields, spec)
         return made
@@ -365,13 +404,13 @@ class IndexedKernels(Mapping):
         """The kernels of one stage, tile and io dtype, by their recorded spec fields."""
         return list(self._group(group_key(stage, {"tile": tile, "io": io})))
 
-    def specs_of(self, stage, tile, io, xdtype=None, epilogue=None) -> list[StageSpec]:
-        """``Manifest.specs_of`` on the index: the records filtered before any spec is made."""
+    def records_of(self, stage, tile, io, xdtype=None, epilogue=None) -> list[tuple[str, dict]]:
+        """``Manifest.records_of`` on the index: the group's records, no spec made."""
         wanted = {"xdtype": xdtype, "epilogue": epilogue}
         wanted = {field: value.value for field, value in wanted.items() if value is not None}
         group = self._group(group_key(stage.short, {"tile": tile.name, "io": io.value}))
         return [
-            self.spec(name)
+            (name, fields)
             for name, (_, fields, *_) in group.items()
             if all(fields.get(field, value) == value for field, value in wanted.items())
         ]
@@ -457,16 +496,28 @@ class Manifest:
     kernels: Mapping[str, CachedKernel]  # a dict, or IndexedKernels (made on first access)
     source: CacheSource | None = None  # where the search path found it (None: read directly)
 
-    def specs_of(self, stage, tile, io, xdtype=None, epilogue=None) -> list[StageSpec]:
-        """The specs of the kernels of one stage, tile and io dtype (a ``pick.Ranking``
-        source: only these entries are read). ``xdtype`` and ``epilogue``, when given, leave
-        out the kernels whose recorded spec has another value of that field (the ranking
-        would pass them over: it filters the specs on the same fields)."""
+    def records_of(self, stage, tile, io, xdtype=None, epilogue=None) -> list[tuple[str, dict]]:
+        """(name, recorded spec fields) of the kernels of one stage, tile and io dtype (a
+        ``pick.Ranking`` source: only these entries are read, and no spec is made).
+        ``xdtype`` and ``epilogue``, when given, leave out the kernels whose recorded spec has
+        another value of that field (the ranking would pass them over: it filters on the
+        same fields)."""
         kernels = self.kernels
         if isinstance(kernels, IndexedKernels):
-            return kernels.specs_of(stage, tile, io, xdtype, epilogue)
-        specs = (k.spec for k in kernels.values())
-        return [s for s in specs if s.stage is stage and s.tile == tile and s.io is io]
+            return kernels.records_of(stage, tile, io, xdtype, epilogue)
+        specs = ((name, k.spec) for name, k in kernels.items())
+        return [
+            (name, s.fields_dict())
+            for name, s in specs
+            if s.stage is stage and s.tile == tile and s.io is io
+        ]
+
+    def spec(self, name: str) -> StageSpec:
+        """The named kernel's spec (from the index without making its entry)."""
+        kernels = self.kernels
+        if isinstance(kernels, IndexedKernels):
+            return kernels.spec(name)
+        return kernels[name].spec
 
     def origin(self) -> str:
         """The cache folder and, when it was searched for, why it was picked."""

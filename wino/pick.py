@@ -8,19 +8,19 @@ allows, best first (values not listed are never picked by default), or says ``de
 ``ascending``. So a value added to the grid is picked by default where an order admits it, and a
 preference is changed in YAML, not here.
 
-The runtime ranks the specs its manifest holds (``Ranking(manifest specs)``) with the same
-order, so its first dispatch reads grids/stages.yaml's order but never expands the grid: the
-grid's order has no ties, so the manifest's best fit is the grid's whenever the manifest holds
-it (tests/test_pick.py checks that over a sweep of problems, tiles and dtypes).
+The runtime ranks the kernels its manifest holds (``Ranking``, on the records' plain values)
+with the same order, so its first dispatch reads grids/stages.yaml's order but never expands
+the grid: the grid's order has no ties, so the manifest's best fit is the grid's whenever the
+manifest holds it (tests/test_pick.py checks that over a sweep of problems, tiles and dtypes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from functools import lru_cache
 
-from . import config, grid
+from . import axes, config, grid
 from .launch import stage_launch
 from .problem import Problem
 from .refusals import Refused
@@ -86,23 +86,31 @@ def _ranked(
     """The specs of one stage, tile and dtype pair (and, for K4 and KF, epilogue) that the
     declared order (``target``'s, ``declared_order``) admits, best first; ties keep the order
     of ``specs``."""
+    entries = ((spec.fields_dict(), spec) for spec in specs if spec.stage is stage)
+    return tuple(_ranked_entries(entries, stage, tile, io, xdtype, epilogue, target))
+
+
+def _ranked_entries(entries, stage, tile, io, xdtype, epilogue, target) -> list:
+    """The items of ``entries`` ((plain field values, item) pairs of one stage: a spec's
+    ``fields_dict`` or a manifest record's spec fields, which are the same) that the declared
+    order admits for the tile and dtypes, best first; ties keep the order of ``entries``."""
     order = declared_order(stage, target)
+    defaults = {name: axis.default for name, axis in axes.of_stage(stage.short).items()}
+    wanted = {"tile": tile.name, "io": io.value}
+    optional = {"xdtype": xdtype.value, "epilogue": epilogue.value}
     ranked = []
-    for spec in specs:
-        if spec.stage is not stage or spec.tile != tile or spec.io is not io:
+    for values, item in entries:
+        if any(values.get(field) != value for field, value in wanted.items()):
             continue
-        if getattr(spec, "xdtype", xdtype) is not xdtype:
+        if any(values.get(field, value) != value for field, value in optional.items()):
             continue
-        if getattr(spec, "epilogue", epilogue) is not epilogue:
-            continue
-        if not m_storable(getattr(spec, "accdtype", DType.FP32), xdtype):
+        if not m_storable(DType(values.get("accdtype", DType.FP32.value)), xdtype):
             continue  # fp16 M only after fp16 V: fp32 storage (the c target's) keeps fp32 M
-        values = {name: value for _, name, value in spec.axis_values()}  # axis defaults too
-        key = _rank(order, {**values, **spec.fields_dict()})
+        key = _rank(order, {**defaults, **values})  # axis defaults too
         if key is not None:
-            ranked.append((key, spec))
+            ranked.append((key, item))
     ranked.sort(key=lambda pair: pair[0])  # stable
-    return tuple(spec for _, spec in ranked)
+    return [item for _, item in ranked]
 
 
 def m_storable(accdtype: DType, xdtype: DType) -> bool:
@@ -128,15 +136,17 @@ def candidates(
 
 class Ranking:
     """The declared order over a given set of specs (a manifest's), per stage, tile and dtype
-    pair, computed on first use; ties are broken by kernel name. ``source(stage, tile, io,
-    xdtype, epilogue)``, when given instead of ``specs``, yields the specs of one stage, tile
-    and io dtype on first use, and may leave out those of another xdtype or epilogue
-    (``cache.Manifest.specs_of``: a dispatch reads only the entries it ranks)."""
+    pair, computed on first use; ties are broken by kernel name. ``records(stage, tile, io,
+    xdtype, epilogue)``, when given instead of ``specs``, yields (name, spec fields) of the
+    kernels of one stage, tile and io dtype on first use (it may leave out those of another
+    xdtype or epilogue), and ``make(name)`` the spec of one: the order is computed on the
+    records' plain values, and a spec is made only when the pick reaches it
+    (``cache.Manifest.records_of`` and ``spec``: a dispatch makes the few specs it tries)."""
 
-    def __init__(self, specs: Iterable[StageSpec] = (), source=None):
+    def __init__(self, specs: Iterable[StageSpec] = (), records=None, make=None):
         self._specs = tuple(sorted(specs, key=lambda spec: spec.name))
-        self._source = source
-        self._memo: dict[tuple, tuple[StageSpec, ...]] = {}
+        self._records, self._make = records, make
+        self._memo: dict[tuple, Sequence[StageSpec]] = {}
 
     def candidates(
         self,
@@ -146,15 +156,33 @@ class Ranking:
         xdtype: DType,
         epilogue=Epilogue.NONE,
         target: Target | None = None,
-    ):
+    ) -> Sequence[StageSpec]:
         key = (stage, tile, io, xdtype, epilogue, target)
         if key not in self._memo:
-            specs = self._specs
-            if self._source is not None:
-                found = self._source(stage, tile, io, xdtype, epilogue)
-                specs = sorted(found, key=lambda spec: spec.name)
-            self._memo[key] = _ranked(specs, stage, tile, io, xdtype, epilogue, target)
+            if self._records is None:
+                ranked = _ranked(self._specs, stage, tile, io, xdtype, epilogue, target)
+            else:
+                found = sorted(self._records(stage, tile, io, xdtype, epilogue))
+                entries = ((fields, name) for name, fields in found)
+                names = _ranked_entries(entries, stage, tile, io, xdtype, epilogue, target)
+                ranked = _MadeOnUse(tuple(names), self._make)
+            self._memo[key] = ranked
         return self._memo[key]
+
+
+class _MadeOnUse(Sequence):
+    """Specs by name, each made (``make(name)``) when it is first read."""
+
+    def __init__(self, names: tuple[str, ...], make):
+        self._names, self._make = names, make
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self._make(name) for name in self._names[index]]
+        return self._make(self._names[index])
 
 
 def epilogue_refusal(stage: Stage, tile: Tile, io: DType, epilogue: Epilogue) -> Refused:

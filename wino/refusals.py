@@ -170,7 +170,7 @@ class Rule:
     stages: tuple[str, ...]
     when: str
     message: str
-    where: str = "refusals.yaml"  # file:line of the rule, for messages
+    where: str | RuleSite = "refusals.yaml"  # file:line of the rule, for messages
     #: Its condition passed ``_compile``'s checks and the probes when the build stamped this
     #: exact rule book (wino.config.stamped): it is parsed, not checked again, at run time.
     checked: bool = False
@@ -295,6 +295,18 @@ def _small_constant(value: Any) -> bool:
 _RULE_ID = re.compile(r"^[ \t]*-[ \t]*id:[ \t]*['\"]?([A-Za-z0-9_]+)", re.MULTILINE)
 
 
+@dataclass(frozen=True)
+class RuleSite:
+    """Where a rule is declared, as ``file:line`` of its ``- id:`` line; the file is read for
+    the line only when a message first shows it (a dispatch never does)."""
+
+    path: Path
+    rule_id: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{_rule_lines(self.path).get(self.rule_id, '?')}"
+
+
 def _rule_lines(path: Path) -> dict[str, int]:
     """Line of each rule's ``- id:`` in the file (for file:line in messages)."""
     text = path.read_text(encoding="utf-8")
@@ -318,12 +330,11 @@ def rule_book() -> tuple[dict[str, int], tuple[Rule, ...]]:
 def book(data: dict, probing: bool = True) -> tuple[dict[str, int], tuple[Rule, ...]]:
     """The params and rules of the validated refusals data (probed unless told not to)."""
     path = config.GRIDS / "refusals.yaml"
-    lines = _rule_lines(path)
     rules = []
     for scope in Scope:
         for entry in data[f"{scope.value}_rules"]:
             stages = tuple(entry.get("stages", ()))
-            where = f"{path}:{lines.get(entry['id'], '?')}"
+            where = RuleSite(path, entry["id"])
             checked = not probing  # a stamped rule book: compiled and probed at build time
             rules.append(
                 Rule(entry["id"], scope, stages, entry["when"], entry["message"], where, checked)
@@ -462,11 +473,29 @@ def check_spec(spec: StageSpec) -> None:
 
 
 def check_problem(problem: Problem, tile: Tile | None = None) -> None:
-    """Raise Refused for the first problem rule the problem breaks."""
+    """Raise Refused for the first problem rule the problem breaks (the verdict is kept per
+    problem, tile and rule book: a dispatch checks its problem once per stage it launches)."""
+    book = rule_book()
+    hit = _VERDICTS.get((problem, tile))
+    if hit is None or hit[0] is not book:
+        if len(_VERDICTS) >= 4096:
+            _VERDICTS.clear()
+        hit = _VERDICTS[(problem, tile)] = (book, _problem_refusal(problem, tile))
+    if hit[1] is not None:
+        raise Refused(hit[1].rule, hit[1].message)  # a new exception: no traceback kept
+
+
+#: Problem-rule verdicts by (problem, tile): (the rule book they were made with, the first
+#: rule's refusal or None).
+_VERDICTS: dict[tuple, tuple[Any, Refused | None]] = {}
+
+
+def _problem_refusal(problem: Problem, tile: Tile | None) -> Refused | None:
     ns = problem_namespace(problem, tile)
     for rule in rules(Scope.PROBLEM):
         if rule.fires(ns):
-            raise rule.refusal(ns)
+            return rule.refusal(ns)
+    return None
 
 
 def check_fit(spec: StageSpec, problem: Problem, derived: dict[str, Any]) -> None:

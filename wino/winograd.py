@@ -28,23 +28,34 @@ POINTS: dict[int, tuple[Fraction, ...]] = {
 Matrix = tuple[tuple[Fraction, ...], ...]
 
 
-def _poly_from_roots(roots: list, n: int) -> tuple[Fraction, ...]:
-    """Coefficients (increasing power, padded to n) of prod (x - r)."""
+def _coefficients(roots: list) -> list:
+    """Coefficients (increasing power) of prod (x - r), in the roots' own arithmetic (ints
+    stay ints)."""
     coeffs = [1]
     for root in roots:  # x * p - root * p
         coeffs = [a - root * b for a, b in zip([0, *coeffs], [*coeffs, 0], strict=True)]
+    return coeffs
+
+
+def _poly_from_roots(roots: list, n: int) -> tuple[Fraction, ...]:
+    """Coefficients (increasing power, padded to n) of prod (x - r)."""
+    coeffs = _coefficients(roots)
     return tuple(Fraction(c) for c in coeffs) + (Fraction(0),) * (n - len(coeffs))
+
+
+def _points(m: int) -> list:
+    """F(m, 3)'s finite points, as ints where they all are (exact, and much faster)."""
+    if m not in POINTS:
+        raise ValueError(f"F({m},3): no interpolation points; supported m are {sorted(POINTS)}")
+    points = list(POINTS[m])
+    return [int(p) for p in points] if all(p.denominator == 1 for p in points) else points
 
 
 @cache
 def matrices(m: int) -> tuple[Matrix, Matrix, Matrix]:
     """(At, G, Bt) for F(m, 3) as tuples of Fractions: At is m x n, G is n x 3, Bt is n x n.
     Integer points are multiplied out as ints (exact, and much faster than Fractions)."""
-    if m not in POINTS:
-        raise ValueError(f"F({m},3): no interpolation points; supported m are {sorted(POINTS)}")
-    points = list(POINTS[m])
-    if all(p.denominator == 1 for p in points):
-        points = [int(p) for p in points]
+    points = _points(m)
     n = m + R - 1
     at = tuple(
         tuple(Fraction(points[j] ** i) for j in range(n - 1)) + (Fraction(int(i == m - 1)),)
@@ -88,12 +99,23 @@ def m_growth(mh: int, mw: int) -> Fraction:
     rowsum|Bt_h[i]| rowsum|G_h[i]| rowsum|Bt_w[j]| rowsum|G_w[j]|
     (|V| <= rowsum|Bt| x rowsum|Bt| max|d|, |U| <= rowsum|G| x rowsum|G| max|g|). F2x2 9,
     F4x4 100, F6x6 348 4/9: the sum over C/G channels stays below C/G times this."""
+    return _row_growth(mh) * _row_growth(mw)
 
-    def per_dim(m: int) -> Fraction:
-        _, g, bt = matrices(m)
-        return max(
-            sum(abs(x) for x in b_row) * sum(abs(x) for x in g_row)
-            for b_row, g_row in zip(bt, g, strict=True)
-        )
 
-    return per_dim(mh) * per_dim(mw)
+@cache
+def _row_growth(m: int) -> Fraction:
+    """max over rows j of rowsum|Bt[j]| * rowsum|G[j]| for F(m, 3), from the points alone
+    (the rows of ``matrices``: row j of Bt holds prod_{l != j} (x - a_l), row j of G is
+    a_j^k / f_j; the infinity row prod_l (x - a_l) and (0, 0, 1)). One Fraction per row, not
+    the matrices' hundred: a first dispatch pays this (the ``fp16_m_range`` rule)."""
+    points = _points(m)
+    rows = []
+    for j, aj in enumerate(points):
+        others = points[:j] + points[j + 1 :]
+        f_j = 1
+        for al in others:
+            f_j *= aj - al
+        g_sum = Fraction(sum(abs(aj) ** k for k in range(R))) / abs(f_j)
+        rows.append(sum(abs(c) for c in _coefficients(others)) * g_sum)
+    rows.append(Fraction(sum(abs(c) for c in _coefficients(points))))
+    return max(rows)

@@ -87,6 +87,12 @@ def _torch_current_stream(device: int) -> int:
 _CURRENT_RAW_STREAM = None  # torch's (device -> raw current stream), looked up once
 
 
+@functools.cache
+def _torch_devices(index: int):
+    """torch.device("cuda", index), made once per device."""
+    return _torch().device("cuda", index)
+
+
 def libcuda() -> ctypes.CDLL:
     """The CUDA driver, for ``cuLaunchKernel`` on prepared parameter arrays."""
     global _LIBCUDA
@@ -127,6 +133,7 @@ class Context(NamedTuple):
     device: int
     stream: int  # cudaStream_t
     torch: bool  # x is a torch tensor: new arrays are torch tensors (torch's allocator)
+    current: bool = False  # stream is x's framework's current stream (no stream= given)
 
 
 def _torch_device(array) -> int | None:
@@ -206,7 +213,8 @@ class CudaBackend(Backend):
                 f"{label}: on cuda:{device}, but this process runs wino on cuda:{self.device} (the "
                 "current device when the cache was opened); one device per process"
             )
-        return Context(device, self._stream_handle(array, stream), is_torch(array))
+        handle = self._stream_handle(array, stream)
+        return Context(device, handle, is_torch(array), stream is None)
 
     def _device_of(self, label: str, array) -> int:
         if is_torch(array):
@@ -265,7 +273,10 @@ class CudaBackend(Backend):
             handle = _torch_current_stream(ctx.device)
         else:
             handle = self.cupy.cuda.get_current_stream().ptr
-        return ctx if handle == ctx.stream else ctx._replace(stream=handle)
+        current = stream is None
+        if handle == ctx.stream and current == ctx.current:
+            return ctx
+        return ctx._replace(stream=handle, current=current)
 
     def workspace_slot(self, ctx: Context):
         return ctx.stream  # launches on one stream are ordered: its runs may share one
@@ -324,10 +335,9 @@ class CudaBackend(Backend):
         makes the free record an event on it, and a stream the caller destroyed before the
         array is freed (a CuPy stream, a raw handle) would be a dangling handle there."""
         if ctx is not None and ctx.torch:
-            torch = _torch()
-            device = torch.device("cuda", ctx.device)
+            device = _torch_devices(ctx.device)
             with self._torch_on(ctx):
-                return torch.empty(shape, dtype=torch_dtype, device=device)
+                return _torch().empty(shape, dtype=torch_dtype, device=device)
         with self._on(ctx):
             return self.cupy.empty(shape, dtype=cupy_dtype)
 
@@ -344,7 +354,9 @@ class CudaBackend(Backend):
     def _torch_on(self, ctx: Context | None):
         """The call's stream as torch's current stream (for torch copies and allocations),
         when it is not."""
-        if ctx is None or ctx.stream == _torch_current_stream(ctx.device):
+        if ctx is None or (ctx.current and ctx.torch):  # torch's current stream already
+            return contextlib.nullcontext()
+        if ctx.stream == _torch_current_stream(ctx.device):
             return contextlib.nullcontext()
         torch = _torch()
         return torch.cuda.stream(torch.cuda.ExternalStream(ctx.stream, device=ctx.device))

@@ -500,7 +500,7 @@ def _ranking(manifest: cache.Manifest) -> Ranking:
             _RANKINGS.pop(next(iter(_RANKINGS)))  # the oldest
         hit = _RANKINGS[id(manifest)] = (
             manifest,
-            Ranking(source=manifest.specs_of),
+            Ranking(records=manifest.records_of, make=manifest.spec),
         )
     return hit[1]
 
