@@ -79,7 +79,27 @@ def test_the_gpu_register_rules_cull_only_the_gpu_grids():
     assert grid.in_grid(k2) and k2 not in [r.spec for r in grid.refused_stage_specs()]
     gpu = {s.name for s in grid.aot_stage_specs(target=Target.CUDA)}
     c = {s.name for s in grid.aot_stage_specs(target=Target.C)}
-    assert gpu < c and c == {s.name for s in grid.aot_stage_specs()}
+    excluded_on_c = {
+        r.spec.name for r in grid.refused_stage_specs(Target.C) if r.refusal.rule == "grid_exclude"
+    }
+    assert gpu - excluded_on_c < c and c | gpu == {s.name for s in grid.aot_stage_specs()}
+
+
+def test_an_exclusion_with_targets_applies_on_those_targets_only():
+    """exclude's ``targets``: the host's bf16 K2 at vec 8 (measured slower there) is left out
+    of the c grid only; the GPUs keep F2x2's (and refuse F4x4's by their register rule)."""
+    f2 = RtInputSpec(tile=Tile(2, 2), io=DType.BF16, xdtype=DType.FP16, vec=8, block=64)
+    f2 = f2.replace(prescale=Prescale.FUSED)
+    assert grid.spec_targets(f2) == (Target.CUDA, Target.HIP)
+    (item,) = [r for r in grid.refused_stage_specs(Target.C) if r.spec == f2]
+    assert item.refusal.rule == "grid_exclude" and "bf16 at vec 8" in item.refusal.message
+    f4 = f2.replace(tile=Tile(4, 4), xdtype=DType.FP32)
+    assert grid.spec_targets(f4) == ()
+    refused = {t: [r for r in grid.refused_stage_specs(t) if r.spec == f4] for t in Target}
+    assert refused[Target.C][0].refusal.rule == "grid_exclude"
+    assert refused[Target.CUDA][0].refusal.rule == "input_window_registers"
+    picks = default_stage_specs(Problem(N=1, C=64, H=9, W=9, K=64, dtype="bf16"), Tile(4, 4))
+    assert picks[Stage.INPUT].vec == 4 and picks[Stage.INPUT].prescale is Prescale.FUSED
 
 
 def test_accepted_specs_keep_the_hard_limits():

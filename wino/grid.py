@@ -43,11 +43,15 @@ def _points(subgrid: dict[str, Any]):
             yield point
 
 
-def _excluded(stage: str, fields: dict[str, Any], exclusions: list[dict]) -> Refused | None:
+def _excluded(
+    stage: str, fields: dict[str, Any], exclusions: list[dict], target: Target
+) -> Refused | None:
+    """The first ``exclude`` entry of ``stage`` (on ``target``: its ``targets``, default all)
+    that matches the spec's fields."""
     for index, rule in enumerate(exclusions):
-        if rule["stage"] != stage:
+        if rule["stage"] != stage or target.value not in rule.get("targets", [target.value]):
             continue
-        match = {k: v for k, v in rule.items() if k not in ("stage", "reason")}
+        match = {k: v for k, v in rule.items() if k not in ("stage", "reason", "targets")}
         if all(fields.get(k) == v for k, v in match.items()):
             return Refused(
                 "grid_exclude", f"excluded by grids/stages.yaml exclude[{index}]: {rule['reason']}"
@@ -79,11 +83,12 @@ class _Expansion:
     def reasons(self, spec: StageSpec) -> dict[Target, Refused | None]:
         name = spec.name
         if name not in self.memo:
-            why = _excluded(spec.stage.short, spec.fields_dict(), self.data.get("exclude", []))
-            if why is not None:
-                self.memo[name] = dict.fromkeys(Target, why)
-            else:
-                self.memo[name] = spec_refusals(spec, tuple(Target))
+            fields, exclusions = spec.fields_dict(), self.data.get("exclude", [])
+            per = spec_refusals(spec, tuple(Target))
+            for target in Target:
+                why = _excluded(spec.stage.short, fields, exclusions, target)
+                per[target] = why or per[target]
+            self.memo[name] = per
         return self.memo[name]
 
     def admit(self, spec: StageSpec, subgrid: str, targets: tuple[Target, ...]) -> None:
