@@ -85,18 +85,18 @@ def old_pick(problem: Problem, new: dict) -> dict:
     rank = {Prescale.FUSED: 0, Prescale.SPLIT: 1, Prescale.NONE: 2}
     held = [
         s
-        for s in candidates(Stage.INPUT, tile, problem.dtype, k2.xdtype)
+        for s in candidates(Stage.INPUT, tile, problem.dtype, k2.xdtype, target=TARGET)
         if s.stream == 0 and s.path is K2Path.REGISTER and s.block >= 256
     ]
     held.sort(key=lambda s: (-s.vec, rank[s.prescale], s.block))
     old = {Stage.FILTER: new[Stage.FILTER]}
     old[Stage.INPUT] = _first_fit(held, problem)
     if old[Stage.INPUT].prescale is Prescale.SPLIT:
-        k2a = candidates(Stage.PRESCALE, tile, problem.dtype, k2.xdtype)
+        k2a = candidates(Stage.PRESCALE, tile, problem.dtype, k2.xdtype, target=TARGET)
         old[Stage.PRESCALE] = _first_fit(k2a, problem)
     k4s = [
         s
-        for s in candidates(Stage.OUTPUT, tile, problem.dtype, k2.xdtype)
+        for s in candidates(Stage.OUTPUT, tile, problem.dtype, k2.xdtype, target=TARGET)
         if s.accdtype is DType.FP32 and s.block == 256
     ]
     old[Stage.OUTPUT] = _first_fit(k4s, problem)
@@ -111,7 +111,7 @@ def lds_rows(problem: Problem, vec: int) -> list:
     rank = {Prescale.FUSED: 0, Prescale.SPLIT: 1, Prescale.NONE: 2}
     specs = [
         s
-        for s in aot_stage_specs(Stage.INPUT)
+        for s in aot_stage_specs(Stage.INPUT, TARGET)
         if s.path is K2Path.LDS_ROWS
         and (s.tile, s.io, s.xdtype, s.vec) == (tile, problem.dtype, xdtype, vec)
     ]
@@ -134,7 +134,9 @@ def rows_pick(problem: Problem, new: dict, vec: int) -> dict | None:
     specs = {k: v for k, v in new.items() if k is not Stage.PRESCALE}
     specs[Stage.INPUT] = fitting[0]
     if fitting[0].prescale is Prescale.SPLIT:
-        k2a = candidates(Stage.PRESCALE, fitting[0].tile, problem.dtype, fitting[0].xdtype)
+        k2a = candidates(
+            Stage.PRESCALE, fitting[0].tile, problem.dtype, fitting[0].xdtype, target=TARGET
+        )
         specs[Stage.PRESCALE] = _first_fit(k2a, problem)
     return specs
 
@@ -301,7 +303,9 @@ def stage_candidates() -> None:
 def split_prescale(problem: Problem):
     """The K2a of the problem's default tile and storage (for the split LDS-rows K2)."""
     k2 = default_stage_specs(problem, default_tile(problem), target=TARGET)[Stage.INPUT]
-    return _first_fit(candidates(Stage.PRESCALE, k2.tile, problem.dtype, k2.xdtype), problem)
+    return _first_fit(
+        candidates(Stage.PRESCALE, k2.tile, problem.dtype, k2.xdtype, target=TARGET), problem
+    )
 
 
 def rows_stages() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from wino import cli, grid
 from wino.refusals import rule_book
-from wino.vocab import TILES
+from wino.vocab import TILES, Target
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_LINE = "convfp16 -n 64 -c 256 -H 14 -W 14 -k 256 -y 3 -x 3 -p 1 -q 1"
@@ -39,6 +39,19 @@ def test_grid_stage_filter(capsys):
     names = [line.strip() for line in out.splitlines() if line.startswith("  ")]
     assert code == 0 and names == [s.name for s in specs]
     assert out.splitlines()[-1] == f"total: {len(specs)} specs"
+
+
+def test_grid_target_lists_that_targets_grid(capsys):
+    """--target: the target's own grid (c holds the vec-8 windows the GPUs' rule refuses)."""
+    for target in (Target.C, Target.CUDA):
+        code, out, _ = _run(capsys, "grid", "--stage", "k2", "--target", target.value)
+        names = [line.strip() for line in out.splitlines() if line.startswith("  ")]
+        assert code == 0 and out.splitlines()[0] == f"targets: {target.value}"
+        assert names == [s.name for s in grid.aot_stage_specs(grid.Stage.INPUT, target)]
+    code, out, _ = _run(capsys, "grid", "--refused", "--target", "cuda")
+    assert "k2_f4x4_ifp32_xfp32_v8_b256_reg_psplit  [input_window_registers]" in out
+    code, out, _ = _run(capsys, "grid", "--refused", "--target", "c")
+    assert "[input_window_registers]" not in out and "[window_registers]" not in out
 
 
 def test_grid_refused(capsys):
@@ -138,7 +151,9 @@ def test_matrix_banner_and_sections():
         assert f"\n{heading}\n" in text
     for tile in TILES:
         assert f"| {tile.name} | fp16/fp16 |" in text
-    assert f"| total | {len(grid.aot_stage_specs())} | {len(grid.refused_stage_specs())} |" in text
+    per_target = " | ".join(str(len(grid.aot_stage_specs(target=t))) for t in Target)
+    total, refused = len(grid.aot_stage_specs()), len(grid.refused_stage_specs())
+    assert f"| total | {total} | {per_target} | {refused} |" in text
     assert text == cli.support_matrix()  # deterministic
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import replace
 
 import pytest
@@ -13,7 +14,7 @@ from wino.launch import largest_split, stage_launch
 from wino.pick import default_stage_specs, default_xdtype
 from wino.problem import Problem
 from wino.refusals import Refused, check_problem, lds_bytes, rule_book, rules, spec_namespace
-from wino.specs import RtFusedSpec, RtInputSpec
+from wino.specs import RtFusedSpec, RtInputSpec, RtOutputSpec
 from wino.vocab import TILES, VECS, DType, K2Path, Prescale, Stage, Target, Tile
 
 STAGES = grid.GRID_STAGES
@@ -49,11 +50,56 @@ def test_names_unique_and_lookup():
         grid.spec_by_name("k9_nope")
 
 
-def test_no_accepted_spec_breaks_any_rule():
-    for spec in grid.aot_stage_specs():
+@pytest.mark.parametrize("target", list(Target), ids=lambda t: t.value)
+def test_no_accepted_spec_breaks_any_rule(target):
+    """A target's grid breaks none of the rules that apply on that target."""
+    for spec in grid.aot_stage_specs(target=target):
         ns = spec_namespace(spec)
-        broken = [r.id for r in rules("spec", spec.stage.short) if r.fires(ns)]
-        assert not broken, f"{spec.name} is accepted but breaks {broken}"
+        stage_rules = rules("spec", spec.stage.short)
+        broken = [r.id for r in stage_rules if r.applies_to(target) and r.fires(ns)]
+        assert not broken, f"{spec.name} is accepted on {target.value} but breaks {broken}"
+
+
+def test_the_gpu_register_rules_cull_only_the_gpu_grids():
+    """input_window_registers and window_registers name cuda and hip: the c grid holds the
+    vec-8 windows they refuse there (the host's window is a stack array; 8 fp32 lanes are one
+    AVX2 register), the GPU grids none of them."""
+    k2 = RtInputSpec(tile=Tile(4, 4), io=DType.FP32, xdtype=DType.FP32, vec=8, block=64)
+    k2 = k2.replace(prescale=Prescale.FUSED)
+    k4 = RtOutputSpec(tile=Tile(6, 6), io=DType.FP32, vec=8)
+    for spec, rule in ((k2, "input_window_registers"), (k4, "window_registers")):
+        assert grid.in_grid(spec, Target.C) and grid.spec_targets(spec) == (Target.C,)
+        for gpu in (Target.CUDA, Target.HIP):
+            assert not grid.in_grid(spec, gpu)
+            assert grid.spec_refusal(spec, gpu).rule == rule
+            (item,) = [r for r in grid.refused_stage_specs(gpu) if r.spec == spec]
+            assert item.refusal.rule == rule and item.target is gpu
+        assert grid.spec_refusal(spec, Target.C) is None
+        assert grid.spec_refusal(spec).rule == rule  # no target: every rule applies
+    assert grid.in_grid(k2) and k2 not in [r.spec for r in grid.refused_stage_specs()]
+    gpu = {s.name for s in grid.aot_stage_specs(target=Target.CUDA)}
+    c = {s.name for s in grid.aot_stage_specs(target=Target.C)}
+    excluded_on_c = {
+        r.spec.name for r in grid.refused_stage_specs(Target.C) if r.refusal.rule == "grid_exclude"
+    }
+    assert gpu - excluded_on_c < c and c | gpu == {s.name for s in grid.aot_stage_specs()}
+
+
+def test_an_exclusion_with_targets_applies_on_those_targets_only():
+    """exclude's ``targets``: the host's bf16 K2 at vec 8 (measured slower there) is left out
+    of the c grid only; the GPUs keep F2x2's (and refuse F4x4's by their register rule)."""
+    f2 = RtInputSpec(tile=Tile(2, 2), io=DType.BF16, xdtype=DType.FP16, vec=8, block=64)
+    f2 = f2.replace(prescale=Prescale.FUSED)
+    assert grid.spec_targets(f2) == (Target.CUDA, Target.HIP)
+    (item,) = [r for r in grid.refused_stage_specs(Target.C) if r.spec == f2]
+    assert item.refusal.rule == "grid_exclude" and "bf16 at vec 8" in item.refusal.message
+    f4 = f2.replace(tile=Tile(4, 4), xdtype=DType.FP32)
+    assert grid.spec_targets(f4) == ()
+    refused = {t: [r for r in grid.refused_stage_specs(t) if r.spec == f4] for t in Target}
+    assert refused[Target.C][0].refusal.rule == "grid_exclude"
+    assert refused[Target.CUDA][0].refusal.rule == "input_window_registers"
+    picks = default_stage_specs(Problem(N=1, C=64, H=9, W=9, K=64, dtype="bf16"), Tile(4, 4))
+    assert picks[Stage.INPUT].vec == 4 and picks[Stage.INPUT].prescale is Prescale.FUSED
 
 
 def test_accepted_specs_keep_the_hard_limits():
@@ -82,14 +128,17 @@ def test_accepted_specs_keep_the_hard_limits():
                 assert spec.lds_lanes == spec.lds_width == 0, spec.name
 
 
-def test_refused_specs_carry_their_rule():
+@pytest.mark.parametrize("target", [None, *Target], ids=lambda t: getattr(t, "value", "any"))
+def test_refused_specs_carry_their_rule(target):
     ids = {r.id for r in rule_book()[1]} | {"grid_exclude"}
-    refused = grid.refused_stage_specs()
+    refused = grid.refused_stage_specs(target)
     assert refused, "the grid declares no spec the rules cull: the refusal listing is untested"
     for item in refused:
         assert item.refusal.rule in ids and item.refusal.message
+        assert item.target is not None and item.target is (target or item.target)
+        assert not grid.in_grid(item.spec, target)
         if item.refusal.rule != "grid_exclude":
-            again = grid.spec_refusal(item.spec)
+            again = grid.spec_refusal(item.spec, item.target)
             assert again is not None and again.rule == item.refusal.rule
         assert item.subgrid in {
             s["name"] for s in config.declared("stages")["stages"][item.spec.stage.short]
@@ -146,6 +195,43 @@ def test_exclusions_are_listed_as_refused(declared_stages):
     assert "exclude[0]: not worth a binary" in refused[0].refusal.message
 
 
+def test_subgrid_targets_build_on_those_targets_only(declared_stages):
+    """A sub-grid's ``targets``: its specs are in those targets' grids and in the union, and
+    nowhere else; a sub-grid without it serves every target."""
+    data = _minimal_k2()
+    data["stages"]["k2"].append(dict(_minimal_k2(vec=[2])["stages"]["k2"][0], name="host"))
+    data["stages"]["k2"][1]["targets"] = ["c"]
+    accepted, refused = declared_stages(data)
+    assert [s.vec for s in accepted[Stage.INPUT]] == [1, 2] and not refused
+    assert [s.vec for s in grid.aot_stage_specs(Stage.INPUT, Target.C)] == [1, 2]
+    for gpu in (Target.CUDA, Target.HIP):
+        assert [s.vec for s in grid.aot_stage_specs(Stage.INPUT, gpu)] == [1]
+        assert not grid.refused_stage_specs(gpu)  # not listed there: not refused either
+    (wide,) = [s for s in accepted[Stage.INPUT] if s.vec == 2]
+    assert grid.spec_targets(wide) == (Target.C,) and not grid.in_grid(wide, Target.CUDA)
+
+
+def test_a_spec_refused_on_every_listed_target_is_refused(declared_stages):
+    """A c-only sub-grid point that a c rule refuses is refused in the union, with that rule
+    (not a GPU rule that would have fired had it been listed there)."""
+    data = _minimal_k2(vec=[8], tile=["F4x4"], prescale=["split"], block=[64, 2000])
+    data["stages"]["k2"][0]["targets"] = ["c"]
+    accepted, refused = declared_stages(data)
+    assert [s.block for s in accepted[Stage.INPUT]] == [64]  # input_window_registers: GPUs'
+    assert [(r.spec.block, r.refusal.rule, r.target) for r in refused] == [
+        (2000, "block_too_large", Target.C)
+    ]
+    assert not grid.refused_stage_specs(Target.CUDA)
+
+
+def test_unknown_subgrid_target_is_a_schema_error():
+    data = copy.deepcopy(config.declared("stages"))
+    data["stages"]["k2"][0]["targets"] = ["cpu"]
+    where = r"at \$\.stages\.k2\[0\]\.targets\[0\]: .cpu. is not one of"
+    with pytest.raises(config.ConfigError, match=where):
+        config.validate(data, "stages", "grids/stages.yaml")
+
+
 def test_duplicate_subgrid_names_are_config_errors(declared_stages):
     data = _minimal_k2()
     data["stages"]["k2"].append(copy.deepcopy(data["stages"]["k2"][0]))
@@ -158,9 +244,10 @@ def _problem(c: int, k: int = 64, groups: int = 1, dtype: DType = DType.FP16, n:
     return Problem(N=n, C=c, K=k, H=10, W=9, pad_h=1, pad_w=1, groups=groups, dtype=dtype)
 
 
-def _assert_narrowed(problem: Problem, tile, picks) -> None:
-    """The default pick is in the grid and narrowed to the problem's channel extents."""
-    assert all(grid.in_grid(s) for s in picks.values()), [s.name for s in picks.values()]
+def _assert_narrowed(problem: Problem, tile, picks, target: Target = Target.C) -> None:
+    """The default pick is in the target's grid and narrowed to the problem's channel extents."""
+    in_grid = functools.partial(grid.in_grid, target=target)
+    assert all(in_grid(s) for s in picks.values()), [s.name for s in picks.values()]
     assert list(picks) == [s for s in STAGES if s in picks]
     k1, k2, k4 = picks[Stage.FILTER], picks[Stage.INPUT], picks[Stage.OUTPUT]
     assert all(s.tile == tile and s.io is problem.dtype for s in picks.values())
@@ -175,20 +262,20 @@ def _assert_narrowed(problem: Problem, tile, picks) -> None:
     if k2.prescale is Prescale.NONE:  # fp16 io stored in fp32 (the c target's pick)
         assert (problem.dtype, k2.xdtype) == (DType.FP16, DType.FP32)
     elif k2.prescale is Prescale.FUSED:
-        held = [b for b in FUSED_BLOCKS if b >= lanes and grid.in_grid(replace(k2, block=b))]
+        held = [b for b in FUSED_BLOCKS if b >= lanes and in_grid(replace(k2, block=b))]
         assert lanes <= k2.block == min(held)  # the smallest the grid holds (exclude: F6x4)
         assert lanes <= 1024 and not (tile.bins > 36 and lanes > 512)
     else:
         assert k2.prescale is Prescale.SPLIT
         fused = [replace(k2, block=b, prescale=Prescale.FUSED) for b in FUSED_BLOCKS if b >= lanes]
-        assert not any(grid.in_grid(s) for s in fused), (
+        assert not any(in_grid(s) for s in fused), (
             f"{problem.label()} {tile}: split picked although a fused kernel fits"
         )
     wider = [v for v in VECS if v > k2.vec and problem.Cg % v == 0]
     for v in wider:  # narrowing keeps the widest vec the grid serves
         unscaled = k2.prescale is Prescale.NONE
         wide = replace(k2, vec=v, block=256, prescale=Prescale.NONE if unscaled else Prescale.SPLIT)
-        assert not grid.in_grid(wide), (v, k2.name)
+        assert not in_grid(wide), (v, k2.name)
 
 
 @pytest.mark.parametrize("target", [Target.C, Target.CUDA], ids=lambda t: t.value)
@@ -213,7 +300,7 @@ def test_default_pick_is_narrowed(tile, dtype, target):
         problem = _problem(c, k, groups, dtype)
         picks = default_stage_specs(problem, tile, target=target)
         assert picks[Stage.INPUT].xdtype is default_xdtype(dtype, target)
-        _assert_narrowed(problem, tile, picks)
+        _assert_narrowed(problem, tile, picks, target)
 
 
 @pytest.mark.parametrize("tile", TILES, ids=str)
@@ -256,7 +343,7 @@ def test_default_pick_for_every_public_layer(public_problems, target):
             problem = replace(base, dtype=dtype)
             for tile in TILES:
                 picks = default_stage_specs(problem, tile, target=target)
-                _assert_narrowed(problem.with_batch(1), tile, picks)
+                _assert_narrowed(problem.with_batch(1), tile, picks, target)
                 split = largest_split(problem, tile, None, picks[Stage.INPUT].xdtype, DType.FP32)
                 for spec in picks.values():  # the first chunk launches within the rules
                     stage_launch(spec, problem.with_batch(split))

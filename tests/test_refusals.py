@@ -3,6 +3,8 @@ with its id and its message; conditions are a safe, whitelisted expression langu
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from wino import config, refusals
@@ -20,9 +22,10 @@ from wino.refusals import (
     rules,
     spec_namespace,
     spec_refusal,
+    spec_refusals,
 )
 from wino.specs import RtFilterSpec, RtFusedSpec, RtInputSpec, RtOutputSpec, RtPrescaleSpec
-from wino.vocab import TILES, DType, Tile
+from wino.vocab import TILES, DType, Prescale, Target, Tile
 
 LDS = dict(path="lds", lds_lanes=16, lds_width=4, block=64, prescale="split")
 ROWS = dict(path="ldsrow", vec=8, lds_lanes=8, lds_width=8, block=64)  # F4x4 fp16: 27 KB
@@ -332,6 +335,37 @@ def test_spec_rule_fires(rule_id):
     with pytest.raises(Refused) as info:
         check_spec(spec)
     assert info.value.rule == rule_id and str(info.value) == f"[{rule_id}] {refusal.message}"
+
+
+def test_a_rule_with_targets_refuses_on_those_targets_only():
+    """``targets`` on a spec rule: input_window_registers (the GPUs' register budget) refuses
+    F4x4 at vec 8 on cuda and hip, not on c; with no target every rule applies."""
+    (rule,) = [r for r in rules("spec", "k2") if r.id == "input_window_registers"]
+    assert rule.targets == (Target.CUDA, Target.HIP)
+    assert rule.applies_to(None) and not rule.applies_to(Target.C)
+    spec = RtInputSpec(tile=Tile(4, 4), io=DType.FP32, xdtype=DType.FP32, vec=8, block=256)
+    spec = spec.replace(prescale=Prescale.SPLIT)
+    for target in (None, Target.CUDA, Target.HIP):
+        assert spec_refusal(spec, target).rule == "input_window_registers"
+        with pytest.raises(Refused, match=r"^\[input_window_registers\]"):
+            check_spec(spec, target)
+    assert spec_refusal(spec, Target.C) is None
+    check_spec(spec, Target.C)
+    both = spec_refusals(spec.replace(block=2048), (Target.C, Target.CUDA))
+    assert both[Target.C].rule == both[Target.CUDA].rule == "block_too_large"  # first rule
+
+
+@pytest.mark.parametrize(
+    "section, targets",
+    [("spec_rules", ["cpu"]), ("spec_rules", []), ("problem_rules", ["c"]), ("fit_rules", ["c"])],
+)
+def test_rule_targets_are_validated(section, targets):
+    """Only spec rules take ``targets`` (fit and problem rules run at dispatch, where the
+    plan's target has no say), each a declared target, at least one."""
+    data = copy.deepcopy(config.declared("refusals"))
+    data[section][0]["targets"] = targets
+    with pytest.raises(ConfigError, match=rf"at \$\.{section}\[0\]"):
+        config.validate(data, "refusals", "grids/refusals.yaml")
 
 
 @pytest.mark.parametrize("rule_id", SPEC_BREAKERS)

@@ -76,9 +76,10 @@ def _grid_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target",
         choices=[t.value for t in Target],
-        default=Target.C.value,
-        help="with --explain: whose default pick (default: c; 16-bit inputs store V and U in "
-        "fp32 on c, in fp16 on the GPUs)",
+        default=None,
+        help="that target's grid (a listing; default: every spec some target builds) or, with "
+        "--explain, its default pick (default: c; 16-bit inputs store V and U in fp32 on c, "
+        "in fp16 on the GPUs)",
     )
     parser.add_argument(
         "-o",
@@ -94,12 +95,15 @@ def _grid(args: argparse.Namespace) -> int:
     if args.matrix:
         return _write_matrix(args.output)
     if args.explain:
-        return _explain(args.explain, Target(args.target))
+        return _explain(args.explain, Target(args.target or Target.C.value))
     if args.spills:
         return _spills(args.cache_root)
     stages = _stages(args.stage)
-    print(f"targets: {', '.join(_targets())}")
-    return _list_refused(stages) if args.refused else _list_accepted(stages)
+    target = None if args.target is None else Target(args.target)
+    print(f"targets: {', '.join(_targets()) if target is None else target.value}")
+    if args.refused:
+        return _list_refused(stages, target)
+    return _list_accepted(stages, target)
 
 
 def _spills(root: Path | None) -> int:
@@ -120,10 +124,10 @@ def _targets() -> list[str]:
     return list(config.declared("targets")["targets"])
 
 
-def _list_accepted(stages: tuple[Stage, ...]) -> int:
+def _list_accepted(stages: tuple[Stage, ...], target: Target | None = None) -> int:
     total = 0
     for stage in stages:
-        specs = grid.aot_stage_specs(stage)
+        specs = grid.aot_stage_specs(stage, target)
         print(f"{stage.short}: {len(specs)} specs")
         for spec in specs:
             print(f"  {spec.name}")
@@ -132,10 +136,10 @@ def _list_accepted(stages: tuple[Stage, ...]) -> int:
     return 0
 
 
-def _list_refused(stages: tuple[Stage, ...]) -> int:
+def _list_refused(stages: tuple[Stage, ...], target: Target | None = None) -> int:
     total = 0
     for stage in stages:
-        refused = [r for r in grid.refused_stage_specs() if r.spec.stage is stage]
+        refused = [r for r in grid.refused_stage_specs(target) if r.spec.stage is stage]
         print(f"{stage.short}: {len(refused)} refused")
         for item in refused:
             print(f"  {item.spec.name}  [{item.refusal.rule}] {item.refusal.message}")

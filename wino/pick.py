@@ -128,10 +128,11 @@ def candidates(
     epilogue: Epilogue = Epilogue.NONE,
     target: Target | None = None,
 ) -> tuple[StageSpec, ...]:
-    """The grid's specs of one stage, tile and dtype pair (and epilogue) that the declared
-    order of ``target`` (None: grids/stages.yaml's) admits, best first (declaration order
-    breaks ties)."""
-    return _ranked(grid.aot_stage_specs(stage), stage, tile, io, xdtype, epilogue, target)
+    """``target``'s grid specs (None: any target's) of one stage, tile and dtype pair (and
+    epilogue) that its declared order (None: grids/stages.yaml's) admits, best first
+    (declaration order breaks ties)."""
+    specs = grid.aot_stage_specs(stage, target)  # the target's grid (None: any target's)
+    return _ranked(specs, stage, tile, io, xdtype, epilogue, target)
 
 
 class Ranking:
@@ -320,11 +321,13 @@ def default_fused_specs(
     dtype: DType | None = None,
     mdtype: DType | None = None,
     epilogue: Epilogue = Epilogue.NONE,
+    target: Target | None = None,
 ) -> dict[Stage, StageSpec]:
     """The default fused2d_rt pick: K1 (U in the MMA dtype), K2a when the kernel reads tile
     scales (fp16 MMA operands), and the first grid KF spec of the tile, dtypes and epilogue
     that fits in the declared order. MMA operands default to fp16 (for bf16 io too: about 8x
-    more accurate than bf16 operands, as K2's storage). Raises Refused when nothing fits."""
+    more accurate than bf16 operands, as K2's storage). Among ``target``'s grid (None: any
+    target's). Raises Refused when nothing fits."""
     dtype = dtype or problem.dtype
     if dtype is DType.FP32:
         raise Refused(
@@ -334,11 +337,10 @@ def default_fused_specs(
         )
     mdtype = mdtype or DType.FP16
     epilogue = coerce(Epilogue, epilogue, "epilogue")
-    if candidates(Stage.FUSED, tile, dtype, mdtype) and not candidates(
-        Stage.FUSED, tile, dtype, mdtype, epilogue
-    ):
+    held = candidates(Stage.FUSED, tile, dtype, mdtype, target=target)
+    if held and not candidates(Stage.FUSED, tile, dtype, mdtype, epilogue, target):
         raise epilogue_refusal(Stage.FUSED, tile, dtype, epilogue)
-    if not candidates(Stage.FUSED, tile, dtype, mdtype):
+    if not held:
         tiles = sorted({s.tile.name for s in grid.aot_stage_specs(Stage.FUSED) if s.io is dtype})
         raise Refused(
             "fused_no_kernel",
@@ -348,9 +350,13 @@ def default_fused_specs(
             "add a kf sub-grid to grids/stages.yaml and rebuild",
         )
     probe = replace(problem, N=1, dtype=dtype)
-    kf = _first_fit(Stage.FUSED, tile, dtype, mdtype, probe, candidates, epilogue)
-    picks = {Stage.FILTER: _first_fit(Stage.FILTER, tile, dtype, mdtype, probe, candidates)}
+
+    def first(stage: Stage, epilogue: Epilogue = Epilogue.NONE) -> StageSpec:
+        return _first_fit(stage, tile, dtype, mdtype, probe, candidates, epilogue, target=target)
+
+    kf = first(Stage.FUSED, epilogue)
+    picks = {Stage.FILTER: first(Stage.FILTER)}
     if kf.prescale is Prescale.SPLIT:
-        picks[Stage.PRESCALE] = _first_fit(Stage.PRESCALE, tile, dtype, mdtype, probe, candidates)
+        picks[Stage.PRESCALE] = first(Stage.PRESCALE)
     picks[Stage.FUSED] = kf
     return picks

@@ -32,7 +32,7 @@ from .fused import fused_namespace
 from .geometry import ceil_div, elems_one_image, lds_bytes
 from .problem import Problem
 from .specs import RtFusedSpec, RtInputSpec, RtOutputSpec, StageSpec
-from .vocab import TILES, DType, Tile, coerce
+from .vocab import TILES, DType, Target, Tile, coerce
 from .winograd import m_growth
 
 
@@ -174,9 +174,20 @@ class Rule:
     #: Its condition passed ``_compile``'s checks and the probes when the build stamped this
     #: exact rule book (wino.config.stamped): it is parsed, not checked again, at run time.
     checked: bool = False
+    #: The targets whose builds the rule refuses for (spec rules; YAML ``targets``); empty: every
+    #: target. A register budget of the GPUs' compilers is no limit of the host's C compiler.
+    targets: tuple[Target, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scope", coerce(Scope, self.scope, f"rule {self.id}: scope"))
+        where = f"rule {self.id}: targets"
+        targets = tuple(coerce(Target, t, where) for t in self.targets)
+        object.__setattr__(self, "targets", targets)
+
+    def applies_to(self, target: Target | None) -> bool:
+        """Whether the rule refuses on ``target``; every rule does for None (a spec no rule
+        refuses is sound on every target)."""
+        return target is None or not self.targets or target in self.targets
 
     def _error(self, what: str) -> config.ConfigError:
         return config.ConfigError(f"{self.where}: rule {self.id}: {what}")
@@ -336,9 +347,9 @@ def book(data: dict, probing: bool = True) -> tuple[dict[str, int], tuple[Rule, 
             stages = tuple(entry.get("stages", ()))
             where = RuleSite(path, entry["id"])
             checked = not probing  # a stamped rule book: compiled and probed at build time
-            rules.append(
-                Rule(entry["id"], scope, stages, entry["when"], entry["message"], where, checked)
-            )
+            targets = tuple(entry.get("targets", ()))  # the schema allows it on spec rules only
+            when, message = entry["when"], entry["message"]
+            rules.append(Rule(entry["id"], scope, stages, when, message, where, checked, targets))
     ids = [r.id for r in rules]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
@@ -457,17 +468,34 @@ def m_per_channel(tile: Tile, io: DType) -> float:
 
 
 # Checks ----------------------------------------------------------------------------------------
-def spec_refusal(spec: StageSpec) -> Refused | None:
-    """The first spec rule the spec breaks, or None."""
+def spec_refusal(spec: StageSpec, target: Target | None = None) -> Refused | None:
+    """The first spec rule the spec breaks on ``target`` (None: the first of every rule, the
+    target-specific ones included), or None."""
+    return spec_refusals(spec, (target,))[target]
+
+
+def spec_refusals(
+    spec: StageSpec, targets: tuple[Target | None, ...]
+) -> dict[Target | None, Refused | None]:
+    """``spec_refusal`` for each of ``targets``, every condition evaluated at most once (the
+    grid's expansion asks for every target)."""
     ns = spec_namespace(spec)
+    out: dict[Target | None, Refused | None] = dict.fromkeys(targets)
+    pending = list(targets)
     for rule in rules(Scope.SPEC, spec.stage.short):
-        if rule.fires(ns):
-            return rule.refusal(ns)
-    return None
+        hit = [t for t in pending if rule.applies_to(t)]
+        if hit and rule.fires(ns):
+            refusal = rule.refusal(ns)
+            for t in hit:
+                out[t] = refusal
+            pending = [t for t in pending if t not in hit]
+            if not pending:
+                break
+    return out
 
 
-def check_spec(spec: StageSpec) -> None:
-    refusal = spec_refusal(spec)
+def check_spec(spec: StageSpec, target: Target | None = None) -> None:
+    refusal = spec_refusal(spec, target)
     if refusal is not None:
         raise refusal
 

@@ -79,8 +79,10 @@ def _default(
         return {}
 
 
-def _grid(stage: Stage, problem: Problem, tile: Tile, names: set[str] | None):
-    for spec in aot_stage_specs(stage):
+def _grid(
+    stage: Stage, problem: Problem, tile: Tile, names: set[str] | None, target: Target | None
+):
+    for spec in aot_stage_specs(stage, target):  # the target's grid (None: any target's)
         if spec.tile != tile or spec.io is not problem.dtype:
             continue
         if getattr(spec, "epilogue", Epilogue.NONE) is not Epilogue.NONE:
@@ -103,23 +105,23 @@ def family(
     default = _default(problem, tile, xdtype, target)
     k2 = [
         s
-        for s in _grid(Stage.INPUT, problem, tile, names)
+        for s in _grid(Stage.INPUT, problem, tile, names, target)
         if s.xdtype is xdtype and fits(s, chunks)
     ]
     k2 = _ordered(k2, default.get(Stage.INPUT))[:limit]
     scaled = any(s.prescale is not Prescale.NONE for s in k2)
     k2a = []
     if any(s.prescale is Prescale.SPLIT for s in k2):
-        k2a = [s for s in _grid(Stage.PRESCALE, problem, tile, names) if fits(s, chunks)]
+        k2a = [s for s in _grid(Stage.PRESCALE, problem, tile, names, target) if fits(s, chunks)]
         k2a = _ordered(k2a, default.get(Stage.PRESCALE))[:limit]
     if not k2a:
         k2 = [s for s in k2 if s.prescale is not Prescale.SPLIT]
     k1 = [
         s
-        for s in _grid(Stage.FILTER, problem, tile, names)
+        for s in _grid(Stage.FILTER, problem, tile, names, target)
         if s.xdtype is xdtype and fits(s, chunks)
     ]
-    k4 = [s for s in _grid(Stage.OUTPUT, problem, tile, names) if fits(s, chunks, scaled)]
+    k4 = [s for s in _grid(Stage.OUTPUT, problem, tile, names, target) if fits(s, chunks, scaled)]
     by_stage = {
         Stage.FILTER: tuple(_ordered(k1, default.get(Stage.FILTER))[:limit]),
         Stage.PRESCALE: tuple(k2a),
@@ -132,7 +134,9 @@ def family(
 def xdtypes(problem: Problem, tile: Tile, target: Target | None = None) -> list[DType]:
     """The transformed dtypes the grid has K2 binaries for, ``target``'s default first."""
     found = {
-        s.xdtype for s in aot_stage_specs(Stage.INPUT) if s.tile == tile and s.io is problem.dtype
+        s.xdtype
+        for s in aot_stage_specs(Stage.INPUT, target)
+        if s.tile == tile and s.io is problem.dtype
     }
     first = default_xdtype(problem.dtype, target)
     return sorted(found, key=lambda d: (d is not first, d.value))

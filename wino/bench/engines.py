@@ -22,7 +22,7 @@ from ..pick import default_fused_specs
 from ..problem import Problem
 from ..refusals import Refused, check_problem
 from ..runtime.plan import Plan, dispatch
-from ..vocab import DType, Epilogue, Prescale, Stage, Tile
+from ..vocab import DType, Epilogue, Prescale, Stage, Target, Tile
 from . import accuracy
 from .candidates import fits
 from .device import Device, Operands
@@ -49,15 +49,18 @@ def chain_us(plan: Plan, device: Device, operands: Operands, workspace, cached: 
 
 
 # Fused ----------------------------------------------------------------------------------------
-def fused_pipelines(problem: Problem, tile: Tile, names: set[str], limit: int | None):
-    """The fused pipelines (K1, K2a, KF specs) of a tile the cache can run, fp16 MMA first."""
+def fused_pipelines(
+    problem: Problem, tile: Tile, names: set[str], limit: int | None, target: Target | None = None
+):
+    """The fused pipelines (K1, K2a, KF specs) of a tile the cache can run, fp16 MMA first,
+    from ``target``'s grid (None: any target's)."""
     out = []
     for mdtype in (DType.FP16, DType.BF16):
         try:
-            base = default_fused_specs(problem, tile, problem.dtype, mdtype)
+            base = default_fused_specs(problem, tile, problem.dtype, mdtype, target=target)
         except Refused:
             continue
-        for kf in aot_stage_specs(Stage.FUSED):
+        for kf in aot_stage_specs(Stage.FUSED, target):
             if (kf.tile, kf.io, kf.mdtype) != (tile, problem.dtype, mdtype):
                 continue
             if kf.epilogue is not Epilogue.NONE:
@@ -83,7 +86,7 @@ def fused_tile(problem: Problem, tile: Tile, device: Device, operands: Operands,
     limit = options.candidate_limit or device.CANDIDATE_LIMIT
     prober = Prober(device, problem, operands, options.cache_root)
     timed = []
-    for specs in fused_pipelines(problem, tile, device.kernel_names, limit):
+    for specs in fused_pipelines(problem, tile, device.kernel_names, limit, device.target):
         try:
             plan = dispatch(
                 problem, target=device.target, specs=specs, cache_root=options.cache_root

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,13 +108,14 @@ def plan_target(
 
 def plan(
     targets: Iterable[Target] | None = None,
-    specs: Iterable[StageSpec] | None = None,
+    specs: Iterable[StageSpec] | Callable[[Target], Iterable[StageSpec]] | None = None,
     root: str | None = None,
     quiet: bool = False,
 ) -> tuple[TargetPlan, ...]:
-    """The build of ``specs`` (default: the accepted grid) for ``targets`` (default: all).
-    Skip messages (missing compiler, unknown arch) go to stderr unless ``quiet``."""
-    specs = tuple(aot_stage_specs() if specs is None else specs)
+    """The build of ``specs`` (default: each target's accepted grid; a callable: the specs of
+    the target it is given) for ``targets`` (default: all). Skip messages (missing compiler,
+    unknown arch) go to stderr unless ``quiet``."""
+    given = specs if specs is None or callable(specs) else tuple(specs)
     sweep_scratch(root)  # what a killed build left
     hashes = RenderHashes(root)
     plans = []
@@ -123,6 +124,10 @@ def plan(
         if not quiet:
             for message in resolved.messages:
                 print(message, file=sys.stderr)
+        if given is None:
+            specs = aot_stage_specs(target=target)
+        else:
+            specs = given(target) if callable(given) else given
         plans.append(plan_target(resolved, specs, hashes, root))
     hashes.save()
     return tuple(plans)

@@ -22,6 +22,7 @@ from doit.tools import config_changed
 
 from ..cache import INDEX, MANIFEST, flavor_dir
 from ..specs import spec_from_fields
+from ..vocab import Target
 from .cache_writer import KernelBinary, build_kernel, write_target_manifest
 from .errors import one_line
 from .plan import TargetPlan
@@ -197,6 +198,10 @@ def validate_action(paths: list[str]) -> None:
     print(f"algorithms: {len(algorithms.crossovers())} crossover rules")  # each rule probed
     accepted, refused = grid.expand()
     print(f"grid: {sum(len(v) for v in accepted.values())} accepted specs, {len(refused)} refused")
+    for target in Target:
+        accepted, refused = grid.expand(target)
+        count = sum(len(v) for v in accepted.values())
+        print(f"  {target.value}: {count} accepted specs, {len(refused)} refused")
 
 
 def golden_action() -> TaskFailed | None:

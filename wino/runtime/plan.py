@@ -544,13 +544,13 @@ def _assemble(
                 check_problem(problem, tile)
     if specs is None and fused and algorithm is None:  # a rule chose fused: may it serve?
         try:
-            default_fused_specs(problem, tile, epilogue=epilogue)
+            default_fused_specs(problem, tile, epilogue=epilogue, target=target)
         except Refused as refusal:
             fused, plan_kind = False, "unfused2d_rt"
             reason += f"; but the fused kernel does not serve it ({refusal}): unfused2d_rt"
     if specs is None:
         if fused:
-            specs = default_fused_specs(problem, tile, epilogue=epilogue)
+            specs = default_fused_specs(problem, tile, epilogue=epilogue, target=target)
         else:
             specs = default_stage_specs(
                 problem, tile, ranking=_ranking(manifest), target=target, epilogue=epilogue

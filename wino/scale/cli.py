@@ -46,16 +46,17 @@ def build_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _specs(texts: list[str] | None):
-    """The grid's accepted specs, or those whose name contains one of ``texts``."""
+    """None (each target's grid), or per target the specs of its grid whose name contains one
+    of ``texts``."""
     from ..grid import aot_stage_specs
 
-    specs = aot_stage_specs()
     if not texts:
-        return specs
-    chosen = [s for s in specs if any(t in s.name for t in texts)]
-    if not chosen:
+        return None
+    if not any(t in s.name for s in aot_stage_specs() for t in texts):
         raise ValueError(f"--kernel {' '.join(texts)}: no kernel of the grid matches")
-    return chosen
+    return lambda target: [
+        s for s in aot_stage_specs(target=target) if any(t in s.name for t in texts)
+    ]
 
 
 def _run(args: argparse.Namespace, specs, targets):
