@@ -260,3 +260,24 @@ def test_an_index_written_in_place_after_it_was_opened_is_a_cache_error(root):
     (path.parent / cache.INDEX).write_bytes(b"{}\n")  # the same file, truncated
     with pytest.raises(cache.CacheError, match="written in place.*doit manifest"):
         index.section(index.groups()[0])
+
+
+def test_an_index_stamping_a_declared_file_that_changed_since_is_not_current(
+    root, monkeypatch, tmp_path
+):
+    """A comment edited in grids/*.yaml changes no kernel but stales the index's stamp (every
+    first dispatch would parse and validate the YAML again): the build's uptodate check of
+    the manifest task (``index_current``) then says so, and so it does for an index of an
+    older format."""
+    path = _manifest(root)
+    assert cache.index_current(path)
+    grids = tmp_path / "grids"
+    shutil.copytree(config.GRIDS, grids)
+    with open(grids / "refusals.yaml", "a", encoding="utf-8") as handle:
+        handle.write("\n# an edit\n")
+    monkeypatch.setattr(config, "GRIDS", grids)
+    assert not cache.index_current(path)
+    monkeypatch.setattr(config, "GRIDS", config.ROOT / "grids")
+    assert cache.index_current(path)
+    monkeypatch.setattr(cache, "INDEX_FORMAT", cache.INDEX_FORMAT + 1)
+    assert not cache.index_current(path)

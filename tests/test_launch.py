@@ -638,3 +638,25 @@ def test_stage_launch_refuses_the_problem_rules(spec, fields, rule):
     with pytest.raises(Refused) as err:
         stage_launch(spec, problem)
     assert err.value.rule == rule
+
+
+def test_a_launch_that_fits_is_kept_per_spec_problem_and_rule_book():
+    """The pick and the plan's steps launch the same specs: the second call returns the same
+    Launch; another batch is computed anew, and so is every call after the rule book is
+    reloaded; a spec that does not fit raises each time."""
+    from wino import refusals
+
+    problem = Problem(N=1, C=64, H=8, W=8, K=64, pad_h=1, pad_w=1)
+    spec = default_stage_specs(problem, Tile(4, 4))[Stage.INPUT]
+    first = stage_launch(spec, problem)
+    assert stage_launch(spec, problem) is first
+    bigger = stage_launch(spec, problem.with_batch(4))
+    assert bigger is not first and bigger.grid != first.grid
+    refusals.rule_book.cache_clear()
+    again = stage_launch(spec, problem)
+    assert again is not first and again == first
+    odd = Problem(N=1, C=6, H=8, W=8, K=8, pad_h=1, pad_w=1)  # C not a multiple of vec
+    wide = replace(spec, vec=8)
+    for _ in range(2):
+        with pytest.raises(Refused):
+            stage_launch(wide, odd)

@@ -350,6 +350,24 @@ def _read_index(path: Path) -> tuple[Index | None, bytes | None]:
     return (index if header.get("manifest_sha256") == _sha256(raw) else None), raw
 
 
+def index_current(path: Path) -> bool:
+    """Whether the index beside the manifest at ``path`` is the one a build would write now:
+    of this format and schemas, of this manifest, and stamping the declared files as they are
+    (a rule or comment edited in grids/*.yaml changes no kernel, but a stale stamp makes every
+    first dispatch parse and validate the YAML again: the build then rewrites the index)."""
+    index, _ = _read_index(path)
+    if index is None:
+        return False
+    for kind in STAMPED:
+        stamp = index.section(f"declared {kind}") or {}
+        content = (config.GRIDS / f"{kind}.yaml").read_bytes()
+        if stamp.get("sha256") != _sha256(content):
+            return False
+        if stamp.get("schema_sha256") != config.schema_sha256(kind):
+            return False
+    return True
+
+
 class IndexedKernels(Mapping):
     """A manifest's kernels read from its index: a group of records (one stage, tile and io
     dtype) is parsed on first use, and an entry is checked and made a CachedKernel on first

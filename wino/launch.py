@@ -26,7 +26,7 @@ from .geometry import INDEX_LIMIT, TileGrid, aligned, elems, tiles_per_image
 from .kinds import kind_of
 from .magic import magic_div
 from .problem import Problem
-from .refusals import Refused, check_fit, check_problem
+from .refusals import Refused, check_fit, check_problem, rule_book
 from .specs import RtFilterSpec, RtOutputSpec, StageSpec
 from .vocab import DType, Tile
 
@@ -47,7 +47,28 @@ def stage_launch(spec: StageSpec, problem: Problem, *, tile_scale: bool = True) 
     """Grid, block and kernargs of one stage for one problem (a batch chunk: problem.N is the
     chunk). Runs the geometry check: raises Refused when the spec does not fit the problem.
     ``tile_scale``: whether K4 divides by tile scales (the K2 spec's prescale is not none).
-    The problem rules run first (not 3x3, stride, groups, 31-bit), with their rule ids."""
+    The problem rules run first (not 3x3, stride, groups, 31-bit), with their rule ids.
+    A launch that fits is kept per (spec, problem, tile_scale) and rule book, and the same
+    Launch is returned again (a dispatch's pick and its steps launch the same specs): treat
+    it, and its kernargs, as read-only."""
+    book = rule_book()
+    key = (spec, problem, tile_scale)
+    hit = _LAUNCHES.get(key)
+    if hit is not None and hit[0] is book:
+        return hit[1]
+    launch = _stage_launch(spec, problem, tile_scale)
+    if len(_LAUNCHES) >= 4096:
+        _LAUNCHES.clear()
+    _LAUNCHES[key] = (book, launch)
+    return launch
+
+
+#: Launches that fit, by (spec, problem, tile_scale): (the rule book they were checked by,
+#: the Launch).
+_LAUNCHES: dict[tuple, tuple[Any, Launch]] = {}
+
+
+def _stage_launch(spec: StageSpec, problem: Problem, tile_scale: bool) -> Launch:
     check_problem(problem, spec.tile)
     kind = kind_of(spec)
     tg = TileGrid.of(problem, spec.tile)

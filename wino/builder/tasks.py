@@ -20,7 +20,7 @@ from typing import Any
 from doit.exceptions import TaskFailed
 from doit.tools import config_changed
 
-from ..cache import INDEX, MANIFEST, flavor_dir
+from ..cache import INDEX, MANIFEST, flavor_dir, index_current
 from ..specs import spec_from_fields
 from ..vocab import Target
 from .cache_writer import KernelBinary, build_kernel, write_target_manifest
@@ -70,13 +70,16 @@ def binaries_intact(binaries: tuple[KernelBinary, ...]) -> bool:
 
 def manifests_current(manifests: tuple[tuple[str, tuple[KernelBinary, ...]], ...]) -> bool:
     """doit uptodate check of a manifest task: each manifest reads and records its binaries'
-    current sha256 (a rebuilt binary republishes the manifest)."""
+    current sha256 (a rebuilt binary republishes the manifest), and the index beside it is
+    current (``wino.cache.index_current``: a changed declared file rewrites it)."""
     for path, binaries in manifests:
         try:
             kernels = json.loads(Path(path).read_text(encoding="utf-8"))["kernels"]
             if any(kernels[kb.name]["sha256"] != kb.recorded_sha256() for kb in binaries):
                 return False
         except (OSError, ValueError, KeyError, TypeError):
+            return False
+        if not index_current(Path(path)):  # the declared files it stamps changed, or its format
             return False
     return True
 

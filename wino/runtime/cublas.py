@@ -37,32 +37,10 @@ def library() -> ctypes.CDLL:
     lib.cublasCreate_v2.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
     lib.cublasSetStream_v2.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.cublasSetWorkspace_v2.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-    i32, i64, ptr = ctypes.c_int, ctypes.c_longlong, ctypes.c_void_p
-    lib.cublasGemmStridedBatchedEx.argtypes = [
-        ptr,
-        i32,
-        i32,
-        i32,
-        i32,
-        i32,
-        ptr,  # handle, transa, transb, m, n, k, alpha
-        ptr,
-        i32,
-        i32,
-        i64,  # A, Atype, lda, strideA
-        ptr,
-        i32,
-        i32,
-        i64,  # B, Btype, ldb, strideB
-        ptr,
-        ptr,
-        i32,
-        i32,
-        i64,  # beta, C, Ctype, ldc, strideC
-        i32,
-        i32,
-        i32,  # batchCount, computeType, algo
-    ]
+    # cublasGemmStridedBatchedEx has no argtypes: converting 23 arguments through them costs
+    # more than the rest of a run's Python work. The caller passes each argument as its C type
+    # (c_void_p for handles and pointers, c_longlong for strides, ints below 2**31 for the int
+    # parameters, which ctypes passes as C int): Gemm.strided_batched does.
     return lib
 
 
@@ -86,6 +64,7 @@ class Gemm:
         )
         self.alpha = ctypes.c_float(1.0)
         self.beta = ctypes.c_float(0.0)
+        self._alpha, self._beta = ctypes.byref(self.alpha), ctypes.byref(self.beta)
         self.stream: int | None = None  # the stream the handle is bound to
 
     def bind(self, stream: int) -> None:
@@ -126,6 +105,7 @@ class Gemm:
         """C = op(A) op(B) per batch, column-major, fp32 accumulate, alpha 1, beta 0, on
         ``stream`` (a cudaStream_t; None: CuPy's current stream)."""
         self.bind(self.cupy.cuda.get_current_stream().ptr if stream is None else stream)
+        ptr, i64 = ctypes.c_void_p, ctypes.c_longlong
         status = self.lib.cublasGemmStridedBatchedEx(
             self.handle,
             transa,
@@ -133,20 +113,20 @@ class Gemm:
             m,
             n,
             k,
-            ctypes.byref(self.alpha),
-            a,
+            self._alpha,
+            ptr(a),
             atype,
             lda,
-            stride_a,
-            b,
+            i64(stride_a),
+            ptr(b),
             btype,
             ldb,
-            stride_b,
-            ctypes.byref(self.beta),
-            c,
+            i64(stride_b),
+            self._beta,
+            ptr(c),
             ctype,
             ldc,
-            stride_c,
+            i64(stride_c),
             batch,
             CUBLAS_COMPUTE_32F,
             CUBLAS_GEMM_DEFAULT,

@@ -93,23 +93,14 @@ def _torch_devices(index: int):
     return _torch().device("cuda", index)
 
 
-def libcuda() -> ctypes.CDLL:
-    """The CUDA driver, for ``cuLaunchKernel`` on prepared parameter arrays."""
-    global _LIBCUDA
-    if _LIBCUDA is None:
-        lib = ctypes.CDLL("libcuda.so.1")
-        u = ctypes.c_uint
-        lib.cuLaunchKernel.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u] + [ctypes.c_void_p] * 3
-        lib.cuLaunchKernel.restype = ctypes.c_int
-        lib.cuFuncSetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
-        lib.cuFuncSetAttribute.restype = ctypes.c_int
-        lib.cuStreamIsCapturing.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
-        lib.cuStreamIsCapturing.restype = ctypes.c_int
-        _LIBCUDA = lib
-    return _LIBCUDA
+def _driver():
+    """CuPy's bindings of the CUDA driver and runtime (Cython: a launch costs a fraction of a
+    ctypes call's argument conversions)."""
+    from cupy_backends.cuda.api import driver, runtime
+
+    return driver, runtime
 
 
-_LIBCUDA: ctypes.CDLL | None = None
 _MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 ALIGN = 16  # the widest vector load or store the kernels make (bytes)
 
@@ -152,6 +143,12 @@ class CudaBackend(Backend):
         self.null = self._dummy.data.ptr
         self._gemm: Gemm | None = None
         self._lock = threading.Lock()  # the prepared parameter arrays are shared
+        driver, runtime = _driver()
+        self._launch, self._driver_error = driver.launchKernel, driver.CUDADriverError
+        self._is_capturing, self._runtime_error = (
+            runtime.streamIsCapturing,
+            runtime.CUDARuntimeError,
+        )
         self._streams: dict[int, Any] = {}
 
     def function(self, name: str):
@@ -179,25 +176,28 @@ class CudaBackend(Backend):
         launch = step.launch
         shared = launch.shared_bytes if launch.dynamic_shared else 0
         if shared > 48 * 1024:  # past the default dynamic limit the kernel must opt in
-            status = libcuda().cuFuncSetAttribute(function.ptr, _MAX_DYNAMIC_SHARED, shared)
-            if status != 0:
+            driver, _ = _driver()
+            try:
+                driver.funcSetAttribute(function.ptr, _MAX_DYNAMIC_SHARED, shared)
+            except driver.CUDADriverError as err:
                 raise RuntimeError(
                     f"{step.name}: {shared} bytes of dynamic shared memory refused by the "
-                    f"driver (CUresult {status})"
-                )
+                    f"driver ({err})"
+                ) from None
         return _Launch(function.ptr, args, len(abi.buffers), launch.grid, launch.block, shared)
 
     def issue(self, op, pointers: dict, ctx: Context) -> None:
         h = op.handle
         (gx, gy, gz), (bx, by, bz) = h.grid, h.block
-        with self._lock:
-            for i, slot in enumerate(op.slots):
-                h.pointers[i] = pointers[slot.source] + slot.offset
-            status = libcuda().cuLaunchKernel(
-                h.function, gx, gy, gz, bx, by, bz, h.shared, ctx.stream, h.params_at, None
-            )
-        if status != 0:
-            raise RuntimeError(f"cuLaunchKernel {op.step.name} failed with CUresult {status}")
+        try:
+            with self._lock:
+                for i, slot in enumerate(op.slots):
+                    h.pointers[i] = pointers[slot.source] + slot.offset
+                self._launch(
+                    h.function, gx, gy, gz, bx, by, bz, h.shared, ctx.stream, h.params_at, 0
+                )
+        except self._driver_error as err:
+            raise RuntimeError(f"cuLaunchKernel {op.step.name} failed: {err}") from None
 
     def issue_gemm(self, op, pointers: dict, arrays: dict, ctx: Context) -> None:
         ws = pointers[Source.WS]
@@ -284,9 +284,10 @@ class CudaBackend(Backend):
     def keeps_workspace(self, ctx: Context) -> bool:
         """Not while the call's stream is being captured: the graph would replay on memory
         the plan may free (release, a dropped slot) while the graph lives."""
-        status = ctypes.c_int(0)
-        done = libcuda().cuStreamIsCapturing(ctx.stream, ctypes.byref(status))
-        return done == 0 and status.value == 0  # an error (legacy stream in a capture): no
+        try:
+            return not self._is_capturing(ctx.stream)
+        except self._runtime_error:  # the legacy stream while another stream captures: no
+            return False
 
     def _contiguous(self, array) -> bool:
         if is_torch(array):
