@@ -144,8 +144,13 @@ class Epilogue(enum.Enum):
 
     @classmethod
     def of(cls, bias: bool, activation: Activation) -> Epilogue:
-        """The epilogue adding a bias (or not) and applying ``activation``."""
-        return next(e for e in cls if e.bias == bias and e.activation is activation)
+        """The epilogue adding a bias (or not) and applying ``activation`` (a table lookup:
+        ``wino.conv2d`` asks on every call)."""
+        return _EPILOGUE_OF[(bool(bias), activation)]
+
+
+#: Each epilogue by what it does: (adds a bias, activation) -> the member.
+_EPILOGUE_OF = {(e.bias, e.activation): e for e in Epilogue}
 
 
 @dataclass(frozen=True)
