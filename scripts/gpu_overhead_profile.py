@@ -63,6 +63,7 @@ def main() -> None:
         "torch.empty(y)": lambda: torch.empty(
             (p.N, p.Ho, p.Wo, p.K), dtype=x.dtype, device=cuda._torch_devices(0)
         ),
+        "x.new_empty(y)": lambda: x.new_empty((p.N, p.Ho, p.Wo, p.K)),
         "keeps_workspace (cuStreamIsCapturing)": lambda: backend.keeps_workspace(ctx),
         "own_workspace": lambda: backend.own_workspace(plan, ctx),
         "issue K1": lambda: backend.issue(prog.filter, pointers, ctx),

@@ -96,15 +96,18 @@ def _ranked_entries(entries, stage, tile, io, xdtype, epilogue, target) -> list:
     order admits for the tile and dtypes, best first; ties keep the order of ``entries``."""
     order = declared_order(stage, target)
     defaults = {name: axis.default for name, axis in axes.of_stage(stage.short).items()}
-    wanted = {"tile": tile.name, "io": io.value}
-    optional = {"xdtype": xdtype.value, "epilogue": epilogue.value}
+    tile_name, io_value, x_value, e_value = tile.name, io.value, xdtype.value, epilogue.value
+    fp32 = DType.FP32.value
     ranked = []
-    for values, item in entries:
-        if any(values.get(field) != value for field, value in wanted.items()):
+    for values, item in entries:  # the records' plain values: no enum made per record
+        if values.get("tile") != tile_name or values.get("io") != io_value:
             continue
-        if any(values.get(field, value) != value for field, value in optional.items()):
+        if values.get("xdtype", x_value) != x_value:
             continue
-        if not m_storable(DType(values.get("accdtype", DType.FP32.value)), xdtype):
+        if values.get("epilogue", e_value) != e_value:
+            continue
+        accdtype = values.get("accdtype", fp32)
+        if accdtype != fp32 and not m_storable(DType(accdtype), xdtype):
             continue  # fp16 M only after fp16 V: fp32 storage (the c target's) keeps fp32 M
         key = _rank(order, {**defaults, **values})  # axis defaults too
         if key is not None:

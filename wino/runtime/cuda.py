@@ -309,7 +309,11 @@ class CudaBackend(Backend):
         p = plan.problem
         shape = (p.N, p.Ho, p.Wo, p.K)
         if y is None:
-            y = self._new(ctx, shape, x.dtype, x.dtype)
+            if ctx is not None and ctx.torch:  # like x: its dtype and device, torch's allocator
+                with self._torch_on(ctx):
+                    y = x.new_empty(shape)
+            else:
+                y = self._new(ctx, shape, x.dtype, x.dtype)
             return y, y
         try:
             ok = dtype_of(y) is p.dtype and tuple(y.shape) == shape
