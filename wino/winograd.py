@@ -51,6 +51,17 @@ def _points(m: int) -> list:
     return [int(p) for p in points] if all(p.denominator == 1 for p in points) else points
 
 
+def _point_rows(points: list):
+    """(a_j, the other points, f_j = prod_{l != j} (a_j - a_l)) per finite point: what row j
+    of G and of Bt are made of."""
+    for j, aj in enumerate(points):
+        others = points[:j] + points[j + 1 :]
+        f_j = 1
+        for al in others:
+            f_j *= aj - al
+        yield aj, others, f_j
+
+
 @cache
 def matrices(m: int) -> tuple[Matrix, Matrix, Matrix]:
     """(At, G, Bt) for F(m, 3) as tuples of Fractions: At is m x n, G is n x 3, Bt is n x n.
@@ -63,11 +74,7 @@ def matrices(m: int) -> tuple[Matrix, Matrix, Matrix]:
     )
     g_rows = []
     bt_rows = []
-    for j, aj in enumerate(points):
-        others = points[:j] + points[j + 1 :]
-        f_j = 1
-        for al in others:
-            f_j *= aj - al
+    for aj, others, f_j in _point_rows(points):
         g_rows.append(tuple(Fraction(aj**k) / f_j for k in range(R)))
         bt_rows.append(_poly_from_roots(others, n))
     g_rows.append((Fraction(0), Fraction(0), Fraction(1)))
@@ -110,11 +117,7 @@ def _row_growth(m: int) -> Fraction:
     the matrices' hundred: a first dispatch pays this (the ``fp16_m_range`` rule)."""
     points = _points(m)
     rows = []
-    for j, aj in enumerate(points):
-        others = points[:j] + points[j + 1 :]
-        f_j = 1
-        for al in others:
-            f_j *= aj - al
+    for aj, others, f_j in _point_rows(points):
         g_sum = Fraction(sum(abs(aj) ** k for k in range(R))) / abs(f_j)
         rows.append(sum(abs(c) for c in _coefficients(others)) * g_sum)
     rows.append(Fraction(sum(abs(c) for c in _coefficients(points))))
