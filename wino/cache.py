@@ -173,8 +173,9 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
 #: sha256, the manifest's header fields, and where each section lies), then one line per
 #: section: ``abi <n>`` (the distinct abi records, one per line), ``declared <kind>`` (the
 #: stamped YAML files) and ``kernels <stage> <tile> <io>`` (the records of one group, by name).
-#: A reader maps the file and parses the header and only the sections it uses: a dispatch
-#: reads a few kernel groups of the hundred and the abis of the kernels it runs.
+#: A reader keeps the file open and reads (``os.pread``) and parses the header and only the
+#: sections it uses: a dispatch reads a few kernel groups of the hundred and the abis of the
+#: kernels it runs.
 INDEX = "manifest.index.jsonl"
 INDEX_FORMAT = 3
 #: A kernel's record in the index: these manifest fields in this order, the abi by its number.

@@ -26,7 +26,7 @@ from .geometry import INDEX_LIMIT, TileGrid, aligned, elems, tiles_per_image
 from .kinds import kind_of
 from .magic import magic_div
 from .problem import Problem
-from .refusals import Refused, check_fit, check_problem, rule_book
+from .refusals import Refused, check_fit, check_problem, kept
 from .specs import RtFilterSpec, RtOutputSpec, StageSpec
 from .vocab import DType, Tile
 
@@ -51,20 +51,11 @@ def stage_launch(spec: StageSpec, problem: Problem, *, tile_scale: bool = True) 
     A launch that fits is kept per (spec, problem, tile_scale) and rule book, and the same
     Launch is returned again (a dispatch's pick and its steps launch the same specs): treat
     it, and its kernargs, as read-only."""
-    book = rule_book()
     key = (spec, problem, tile_scale)
-    hit = _LAUNCHES.get(key)
-    if hit is not None and hit[0] is book:
-        return hit[1]
-    launch = _stage_launch(spec, problem, tile_scale)
-    if len(_LAUNCHES) >= 4096:
-        _LAUNCHES.clear()
-    _LAUNCHES[key] = (book, launch)
-    return launch
+    return kept(_LAUNCHES, key, lambda: _stage_launch(spec, problem, tile_scale))
 
 
-#: Launches that fit, by (spec, problem, tile_scale): (the rule book they were checked by,
-#: the Launch).
+#: Launches that fit, by (spec, problem, tile_scale), ``refusals.kept``.
 _LAUNCHES: dict[tuple, tuple[Any, Launch]] = {}
 
 

@@ -420,19 +420,31 @@ def _spec_ns(spec: StageSpec, params: dict[str, Any]) -> dict[str, Any]:
     return ns
 
 
-#: Problem namespaces by (problem, tile): (the rule book's params they were made with, ns).
-#: A dispatch checks the same problem once per stage it launches.
-_PROBLEM_NS: dict[tuple, tuple[dict, dict]] = {}
+#: How many entries a ``kept`` table holds before it is emptied.
+KEPT_LIMIT = 4096
+
+
+def kept(table: dict, key: Any, make) -> Any:
+    """``make()``, kept in ``table`` per ``key`` and rule book: made again once the rule book
+    is reloaded (``rule_book.cache_clear``), and the table emptied past KEPT_LIMIT entries. A
+    ``make`` that raises keeps nothing."""
+    book = rule_book()
+    hit = table.get(key)
+    if hit is None or hit[0] is not book:
+        if len(table) >= KEPT_LIMIT:
+            table.clear()
+        hit = table[key] = (book, make())
+    return hit[1]
+
+
+#: Problem namespaces by (problem, tile), ``kept``: a dispatch checks the same problem once
+#: per stage it launches.
+_PROBLEM_NS: dict[tuple, tuple[Any, dict]] = {}
 
 
 def problem_namespace(problem: Problem, tile: Tile | None = None) -> dict[str, Any]:
-    params = rule_book()[0]
-    hit = _PROBLEM_NS.get((problem, tile))
-    if hit is None or hit[0] is not params:
-        if len(_PROBLEM_NS) >= 4096:
-            _PROBLEM_NS.clear()
-        hit = _PROBLEM_NS[(problem, tile)] = (params, _problem_ns(problem, params, tile))
-    return dict(hit[1])
+    ns = kept(_PROBLEM_NS, (problem, tile), lambda: _problem_ns(problem, rule_book()[0], tile))
+    return dict(ns)
 
 
 def _problem_ns(problem: Problem, params: dict[str, Any], tile: Tile | None = None) -> dict:
@@ -503,18 +515,12 @@ def check_spec(spec: StageSpec, target: Target | None = None) -> None:
 def check_problem(problem: Problem, tile: Tile | None = None) -> None:
     """Raise Refused for the first problem rule the problem breaks (the verdict is kept per
     problem, tile and rule book: a dispatch checks its problem once per stage it launches)."""
-    book = rule_book()
-    hit = _VERDICTS.get((problem, tile))
-    if hit is None or hit[0] is not book:
-        if len(_VERDICTS) >= 4096:
-            _VERDICTS.clear()
-        hit = _VERDICTS[(problem, tile)] = (book, _problem_refusal(problem, tile))
-    if hit[1] is not None:
-        raise Refused(hit[1].rule, hit[1].message)  # a new exception: no traceback kept
+    refusal = kept(_VERDICTS, (problem, tile), lambda: _problem_refusal(problem, tile))
+    if refusal is not None:
+        raise Refused(refusal.rule, refusal.message)  # a new exception: no traceback kept
 
 
-#: Problem-rule verdicts by (problem, tile): (the rule book they were made with, the first
-#: rule's refusal or None).
+#: Problem-rule verdicts by (problem, tile), ``kept``: the first rule's refusal or None.
 _VERDICTS: dict[tuple, tuple[Any, Refused | None]] = {}
 
 

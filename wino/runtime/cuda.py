@@ -144,6 +144,7 @@ class CudaBackend(Backend):
         self._gemm: Gemm | None = None
         self._lock = threading.Lock()  # the prepared parameter arrays are shared
         driver, runtime = _driver()
+        self._driver = driver
         self._launch, self._driver_error = driver.launchKernel, driver.CUDADriverError
         self._is_capturing, self._runtime_error = (
             runtime.streamIsCapturing,
@@ -176,10 +177,9 @@ class CudaBackend(Backend):
         launch = step.launch
         shared = launch.shared_bytes if launch.dynamic_shared else 0
         if shared > 48 * 1024:  # past the default dynamic limit the kernel must opt in
-            driver, _ = _driver()
             try:
-                driver.funcSetAttribute(function.ptr, _MAX_DYNAMIC_SHARED, shared)
-            except driver.CUDADriverError as err:
+                self._driver.funcSetAttribute(function.ptr, _MAX_DYNAMIC_SHARED, shared)
+            except self._driver_error as err:
                 raise RuntimeError(
                     f"{step.name}: {shared} bytes of dynamic shared memory refused by the "
                     f"driver ({err})"
