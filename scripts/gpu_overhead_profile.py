@@ -18,6 +18,7 @@ import torch
 import wino
 from wino.runtime import api, cuda
 from wino.runtime.plan import dispatch
+from wino.runtime.program import GemmOp
 
 LOOPS, REPEATS = 2000, 5
 CASE = "convfp16 -n 1 -c 64 -H 8 -W 8 -k 64 -y 3 -x 3 -p 1 -q 1"  # the bench's
@@ -48,6 +49,7 @@ def main() -> None:
     ctx = backend.context(x, None)
     prog = backend.program(plan)
     pointers = _pointers(backend, plan, prog, x, w)
+    gemm = next(op for op in prog.chunks[0] if isinstance(op, GemmOp))
     parts = {
         "wino.conv2d(x, w)": lambda: wino.conv2d(x, w),
         "plan.run(x, U=U, y=y)": lambda: plan.run(x, U=U, y=y),
@@ -67,6 +69,7 @@ def main() -> None:
         "keeps_workspace (cuStreamIsCapturing)": lambda: backend.keeps_workspace(ctx),
         "own_workspace": lambda: backend.own_workspace(plan, ctx),
         "issue K1": lambda: backend.issue(prog.filter, pointers, ctx),
+        "issue K3 (cuBLASLt matmul)": lambda: backend.issue_gemm(gemm, pointers, {}, ctx),
     }
     xc = x.permute(0, 3, 1, 2)
     wc = w.permute(0, 3, 1, 2)
@@ -98,6 +101,7 @@ def _pointers(backend, plan, prog, x, w):
     base = backend.pointer(ws)
     return {
         Source.W: backend.pointer(w),
+        Source.WS: base,
         Source.U: base + prog.U.offset,
         Source.FS: base + prog.fs.offset,
         Source.NONE: backend.null,

@@ -59,7 +59,12 @@ def test_the_first_dispatch_is_timed_alone_in_new_processes(root):
     assert 0 < us < 10e6  # one call after the import, microseconds
 
 
-def test_per_call_is_the_median_per_loop():
-    calls = []
-    us = overhead.per_call_us(lambda: calls.append(1), lambda: None, loops=10, repeats=3)
-    assert len(calls) == 1 + 10 * 3 and us > 0
+def test_per_call_rows_are_timed_in_interleaved_rounds():
+    """One warm-up call each, then per round every row's loop once, each loop synchronized:
+    a drift of the machine's speed falls on every row alike."""
+    events = []
+    calls = {name: (lambda name=name: events.append(name)) for name in ("wino", "torch")}
+    us = overhead.interleaved_us(calls, lambda: events.append("sync"), loops=2, repeats=3)
+    loop = lambda name: [name, name, "sync"]  # noqa: E731
+    assert events == ["wino", "torch", "sync"] + (loop("wino") + loop("torch")) * 3
+    assert set(us) == {"wino", "torch"} and all(t > 0 for t in us.values())

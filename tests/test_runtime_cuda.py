@@ -210,3 +210,41 @@ def test_y_inside_the_workspace_is_refused_on_cuda(gpu_cache):
     y = x.reshape(-1)[:ny].reshape(y.shape)
     with pytest.raises(ValueError, match="y overlaps x in memory"):
         plan.run(x, w, y=y)
+
+
+@pytest.mark.parametrize("offset", [0, 2, 16])
+def test_k3_matmul_at_any_operand_alignment(offset):
+    """cuBLASLt's algorithm is chosen for an alignment once; operands at a smaller one (a
+    caller's U at an odd offset) must take the algorithm prepared for theirs, not fail or
+    read past: M = V . U^T per batch against float64, M's poisoned tail untouched."""
+    import cupy
+
+    from wino.runtime.cublas import Gemm
+    from wino.runtime.cuda import gemm_shape
+    from wino.runtime.plan import GemmStep
+
+    step = GemmStep(batch=5, m=37, n=24, k=40, xdtype=DType.FP16, accdtype=DType.FP32)
+    rng = np.random.default_rng(7)
+    V = rng.standard_normal((step.batch, step.m, step.k)).astype(np.float16)
+    U = rng.standard_normal((step.batch, step.n, step.k)).astype(np.float16)
+
+    def placed(host, pad):
+        raw = cupy.zeros(host.nbytes + 256, dtype=cupy.uint8)
+        view = raw[pad : pad + host.nbytes].view(host.dtype).reshape(host.shape)
+        view[...] = cupy.asarray(host)
+        return raw, view
+
+    _, v = placed(V, offset)
+    _, u = placed(U, offset)
+    m_raw = cupy.full(step.batch * step.m * step.n + 64, np.nan, dtype=cupy.float32)
+    gemm = Gemm(cupy)
+    shape = gemm_shape(step)
+    gemm.matmul(shape).run(u.data.ptr, v.data.ptr, m_raw.data.ptr, 0)
+    cupy.cuda.runtime.deviceSynchronize()
+    got = cupy.asnumpy(m_raw)
+    ref = np.einsum("bpc,bkc->bpk", V.astype(np.float64), U.astype(np.float64))
+    M = got[: ref.size].reshape(ref.shape)
+    assert np.max(np.abs(M - ref)) <= 1e-5 * np.max(np.abs(ref)) * step.k
+    assert np.isnan(got[ref.size :]).all()
+    aligns = {align for (s, align) in gemm._prepared if s == shape}
+    assert min(aligns) == min(shape.alignment(), offset or 256)

@@ -5,7 +5,9 @@ a seen problem, ``plan.run`` with y, workspace and U given, ``wino.conv2d`` (dis
 allocation, run), a graph replay (``plan.graph``; on the host a replay is a run), and torch's
 ``conv2d`` on the same data. Per-call times are the median over repeats of a timed loop; on
 CUDA the loop issues asynchronously (synchronized once at its end), so a row is the host cost
-unless the GPU work of a call is longer.
+unless the GPU work of a call is longer. The per-call rows are timed in interleaved rounds
+(each round times every row's loop once), so a drift of the machine's speed moves torch's
+time and wino's alike and the ratios stay those of one moment.
 """
 
 from __future__ import annotations
@@ -41,18 +43,23 @@ class Row:
     note: str = ""
 
 
-def per_call_us(call: Callable[[], object], sync: Callable[[], object], loops: int, repeats: int):
-    """Median over ``repeats`` of (time of ``loops`` calls, then one ``sync``) / loops."""
-    call()
+def interleaved_us(
+    calls: dict[str, Callable[[], object]], sync: Callable[[], object], loops: int, repeats: int
+) -> dict[str, float]:
+    """Per call, the median over ``repeats`` rounds of (time of ``loops`` calls, then one
+    ``sync``) / loops, each round timing every one of ``calls`` in turn."""
+    for call in calls.values():
+        call()
     sync()
-    samples = []
+    samples: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(loops):
-            call()
-        sync()
-        samples.append((time.perf_counter() - start) / loops * 1e6)
-    return statistics.median(samples)
+        for name, call in calls.items():
+            start = time.perf_counter()
+            for _ in range(loops):
+                call()
+            sync()
+            samples[name].append((time.perf_counter() - start) / loops * 1e6)
+    return {name: statistics.median(times) for name, times in samples.items()}
 
 
 #: The first call's parts, in the order a new process pays them (``first_call_phases``). The
@@ -239,13 +246,14 @@ def _torch():
     return torch
 
 
-def _torch_row(arrays: _Arrays, problem: Problem, target: Target, loops, repeats) -> Row:
+def _torch_call(arrays: _Arrays, problem: Problem, target: Target):
+    """(torch's conv2d on the case's data, or None, the row's note)."""
     torch = arrays.torch
     if torch is None:
-        return Row("torch conv2d", None, "PyTorch not installed")
+        return None, "PyTorch not installed"
     p = problem
     if target is Target.CUDA and not torch.is_tensor(arrays.x):
-        return Row("torch conv2d", None, "PyTorch has no CUDA here")
+        return None, "PyTorch has no CUDA here"
     if torch.is_tensor(arrays.x):
         x, w = arrays.x, arrays.w
     else:
@@ -253,14 +261,12 @@ def _torch_row(arrays: _Arrays, problem: Problem, target: Target, loops, repeats
         x, w = (torch.from_numpy(a.astype("float32")).to(dt) for a in (arrays.x, arrays.w))
     xn, wn = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2).contiguous()  # NCHW channels_last
     pad, dil = (p.pad_h, p.pad_w), (p.dil_h, p.dil_w)
-    with torch.inference_mode():
-        us = per_call_us(
-            lambda: torch.nn.functional.conv2d(xn, wn, None, 1, pad, dil, p.groups),
-            arrays.sync,
-            loops,
-            repeats,
-        )
-    return Row("torch conv2d", us, "cuDNN" if target is Target.CUDA else "CPU")
+
+    def call():
+        with torch.inference_mode():
+            return torch.nn.functional.conv2d(xn, wn, None, 1, pad, dil, p.groups)
+
+    return call, "cuDNN" if target is Target.CUDA else "CPU"
 
 
 _TORCH_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
@@ -289,13 +295,13 @@ def measure(
     x, w, y = arrays.x, arrays.w, arrays.y
     ws = backend.raw_workspace(plan, None, backend.context(x, None))
     U = plan.transform_filter(w)
-    seen = per_call_us(
-        lambda: dispatch(problem, target=target, cache_root=cache_root), sync, loops, repeats
-    )
-    rows.append(Row("dispatch (seen)", seen))
-    run = per_call_us(lambda: plan.run(x, U=U, y=y, workspace=ws), sync, loops, repeats)
-    rows.append(Row("plan.run", run, "y, workspace, U given"))
     pad, dil = (problem.pad_h, problem.pad_w), (problem.dil_h, problem.dil_w)
+    graph = plan.graph(x, U=U, y=y, workspace=ws)
+    torch_call, torch_note = _torch_call(arrays, problem, target)
+    timed = [
+        ("dispatch (seen)", lambda: dispatch(problem, target=target, cache_root=cache_root), ""),
+        ("plan.run", lambda: plan.run(x, U=U, y=y, workspace=ws), "y, workspace, U given"),
+    ]
     for name, reuse, note in (
         ("wino.conv2d", False, "dispatch, K1, y allocated, run (the plan's workspace)"),
         ("conv2d reuse U", True, "wino.conv2d(..., reuse_filter=True): no K1"),
@@ -303,11 +309,15 @@ def measure(
         call = functools.partial(
             conv2d, x, w, pad, dil, problem.groups, reuse_filter=reuse, cache_root=cache_root
         )
-        rows.append(Row(name, per_call_us(call, sync, loops, repeats), note))
-    graph = plan.graph(x, U=U, y=y, workspace=ws)
+        timed.append((name, call, note))
     note = "CUDA graph" if target is Target.CUDA else "host: a replay is a run"
-    rows.append(Row("graph replay", per_call_us(graph.replay, sync, loops, repeats), note))
-    rows.append(_torch_row(arrays, problem, target, loops, repeats))
+    timed.append(("graph replay", graph.replay, note))
+    if torch_call is not None:
+        timed.append(("torch conv2d", torch_call, torch_note))
+    us = interleaved_us({name: call for name, call, _ in timed}, sync, loops, repeats)
+    rows += [Row(name, us[name], note) for name, _, note in timed]
+    if torch_call is None:
+        rows.append(Row("torch conv2d", None, torch_note))
     return rows, splits
 
 

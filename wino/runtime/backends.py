@@ -159,6 +159,10 @@ class Backend:
         """A kernel step's launch, prepared once (function handle, packed kernargs)."""
         raise NotImplementedError
 
+    def prepare_gemm(self, plan, step) -> Any:
+        """K3's GEMM, prepared once where the backend has anything to prepare."""
+        return None
+
     def issue(self, op, pointers: dict, ctx) -> None:
         """Launch a prepared kernel op on the buffers at ``pointers`` (Source -> address)."""
         raise NotImplementedError
@@ -179,7 +183,7 @@ class Backend:
     def program(self, plan):
         """The plan's launches prepared once (kept on the plan)."""
         if plan._program is None:
-            plan._program = build(plan, self.prepare)
+            plan._program = build(plan, self.prepare, self.prepare_gemm)
         return plan._program
 
     def filter_operand(self, plan, U, ctx=None) -> tuple[Any, Any]:

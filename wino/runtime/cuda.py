@@ -1,5 +1,6 @@
-"""The CUDA backend: cubins from the cache through CuPy, K3 through cuBLAS strided-batched
-mixed precision (fp16/bf16 in, fp32 accumulate and out).
+"""The CUDA backend: cubins from the cache through CuPy, K3 through cuBLASLt's strided-batched
+mixed-precision matmul (fp16/bf16 or fp32 in, fp32 accumulate; wino.runtime.cublas), each
+shape's descriptors and algorithm chosen once.
 
 Arrays: CuPy arrays and PyTorch CUDA tensors are used in place (no copies): their device
 pointers are wrapped, so 16-bit buffers travel as raw ``unsigned short`` whatever the framework
@@ -20,7 +21,16 @@ from .. import cache
 from ..vocab import DType
 from .arrays import dtype_of, is_torch
 from .backends import Backend
-from .cublas import CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F, Gemm
+from .cublas import (
+    CUBLAS_OP_N,
+    CUBLAS_OP_T,
+    CUDA_R_16BF,
+    CUDA_R_16F,
+    CUDA_R_32F,
+    Gemm,
+    Matmul,
+    Shape,
+)
 from .host import args_struct
 from .plan import GemmStep, KernelStep, Plan
 from .program import Source
@@ -199,11 +209,12 @@ class CudaBackend(Backend):
         except self._driver_error as err:
             raise RuntimeError(f"cuLaunchKernel {op.step.name} failed: {err}") from None
 
+    def prepare_gemm(self, plan: Plan, step: GemmStep) -> Matmul:
+        return self.gemm_handle().matmul(gemm_shape(step))
+
     def issue_gemm(self, op, pointers: dict, arrays: dict, ctx: Context) -> None:
         ws = pointers[Source.WS]
-        self._gemm_pointers(
-            op.step, ws + op.V.offset, pointers[Source.U], ws + op.M.offset, ctx.stream
-        )
+        op.handle.run(pointers[Source.U], ws + op.V.offset, ws + op.M.offset, ctx.stream)
 
     # Array primitives --------------------------------------------------------------------------
     def context(self, array, stream, label: str = "x") -> Context:
@@ -409,32 +420,15 @@ class CudaBackend(Backend):
     def gemm(self, step: GemmStep, V, U, M, images: int = 1) -> None:
         """K3 on CuPy arrays on CuPy's current stream (the benchmark's route)."""
         stream = self.cupy.cuda.get_current_stream().ptr
-        self._gemm_pointers(step, V.data.ptr, U.data.ptr, M.data.ptr, stream)
+        matmul = self.gemm_handle().matmul(gemm_shape(step))
+        matmul.run(U.data.ptr, V.data.ptr, M.data.ptr, stream)
 
-    def _gemm_pointers(self, step: GemmStep, V: int, U: int, M: int, stream: int) -> None:
-        """Row-major M[P x Kg] = V[P x Cg] . U[Kg x Cg]^T per (bin, group), as column-major
-        M^T = U . V^T: op(A) = U (A = U^T col-major, transposed), op(B) = V^T, on ``stream``.
-        Capturable into a CUDA graph (wino.runtime.cublas)."""
-        m, n, k = step.n, step.m, step.k
-        xt, at = _CUDA_TYPE[step.xdtype], _CUDA_TYPE[step.accdtype]
-        self.gemm_handle().strided_batched(
-            CUBLAS_OP_T,
-            CUBLAS_OP_N,
-            m,
-            n,
-            k,
-            U,
-            xt,
-            k,
-            m * k,
-            V,
-            xt,
-            k,
-            n * k,
-            M,
-            at,
-            m,
-            n * m,
-            step.batch,
-            stream=stream,
-        )
+
+def gemm_shape(step: GemmStep) -> Shape:
+    """Row-major M[P x Kg] = V[P x Cg] . U[Kg x Cg]^T per (bin, group), as column-major
+    M^T = U . V^T: op(A) = U (A = U^T col-major, transposed), op(B) = V^T."""
+    m, n, k = step.n, step.m, step.k
+    xt, at = _CUDA_TYPE[step.xdtype], _CUDA_TYPE[step.accdtype]
+    return Shape(
+        CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, xt, k, m * k, xt, k, n * k, at, m, n * m, step.batch
+    )

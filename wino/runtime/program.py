@@ -70,6 +70,7 @@ class GemmOp:
     V: Buffer
     M: Buffer
     U: Buffer  # where U is when K1 wrote it into the workspace
+    handle: Any = None  # the backend's prepared GEMM (CUDA: descriptors and algorithm)
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,9 @@ def _buffers(plan: Plan, step: KernelStep) -> tuple[str, ...]:
     return plan.manifest.kernel(step.name, verify=False).abi.buffer_names
 
 
-def build(plan: Plan, prepare) -> Program:
-    """The plan's launches, each prepared once by ``prepare(plan, step)``."""
+def build(plan: Plan, prepare, prepare_gemm) -> Program:
+    """The plan's launches, each prepared once by ``prepare(plan, step)`` (a kernel step) or
+    ``prepare_gemm(plan, step)`` (K3)."""
     p = plan.problem
     x_image = p.H * p.W * p.C * p.dtype.itemsize
     y_image = p.Ho * p.Wo * p.K * p.dtype.itemsize
@@ -132,7 +134,8 @@ def build(plan: Plan, prepare) -> Program:
         ops: list[KernelOp | GemmOp] = []
         for step in plan.chunk_steps[images]:
             if isinstance(step, GemmStep):
-                ops.append(GemmOp(step, images, buffers["V"], buffers["M"], first["U"]))
+                handle = prepare_gemm(plan, step)
+                ops.append(GemmOp(step, images, buffers["V"], buffers["M"], first["U"], handle))
             elif step.stage is not Stage.FILTER:
                 slots = tuple(
                     _slot(n, buffers, start * x_image, start * y_image)
