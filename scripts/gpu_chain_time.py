@@ -50,7 +50,8 @@ def graph_us(call) -> float:
 
 
 def layer(line: str, dtype: str) -> str:
-    p = wino.Problem.from_miopen(line.replace("conv ", f"conv{dtype} ", 1))
+    prefix = {"fp16": "convfp16", "bf16": "convbfp16"}[dtype]  # MIOpenDriver's names
+    p = wino.Problem.from_miopen(line.replace("conv ", f"{prefix} ", 1))
     dt = DTYPES[dtype]
     x = torch.randn(p.N, p.H, p.W, p.C, device="cuda").to(dt)
     w = torch.randn(p.K, 3, 3, p.Cg, device="cuda").to(dt)

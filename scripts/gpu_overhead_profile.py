@@ -9,29 +9,18 @@ from __future__ import annotations
 
 import cProfile
 import pstats
-import statistics
 import sys
-import time
 
 import torch
 
 import wino
+from wino.bench.overhead import interleaved_us
 from wino.runtime import api, cuda
 from wino.runtime.plan import dispatch
 from wino.runtime.program import GemmOp
 
-LOOPS, REPEATS = 2000, 5
+LOOPS, REPEATS = 200, 15  # as wino bench --overhead: short loops, host-bound
 CASE = "convfp16 -n 1 -c 64 -H 8 -W 8 -k 64 -y 3 -x 3 -p 1 -q 1"  # the bench's
-
-
-def per_call_us(call) -> float:
-    samples = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        for _ in range(LOOPS):
-            call()
-        samples.append((time.perf_counter() - start) / LOOPS * 1e6)
-    return statistics.median(samples)
 
 
 def main() -> None:
@@ -77,13 +66,13 @@ def main() -> None:
         xc, wc, padding=1
     )
     print(
-        f"per call, us (median of {REPEATS} x {LOOPS}; the GPU runs behind, synchronized "
-        "after each loop)"
+        f"per call, us (median of {REPEATS} interleaved rounds of {LOOPS} calls, each loop "
+        "synchronized; torch conv2d under inference_mode like every part)"
     )
-    for name, call in parts.items():
-        us = per_call_us(call)
-        torch.cuda.synchronize()
-        print(f"  {name:42} {us:8.2f}")
+    with torch.inference_mode():
+        us = interleaved_us(parts, torch.cuda.synchronize, LOOPS, REPEATS)
+    for name, value in us.items():
+        print(f"  {name:42} {value:8.2f}")
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(LOOPS):

@@ -12,6 +12,7 @@ time and wino's alike and the ratios stay those of one moment.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import statistics
@@ -263,10 +264,13 @@ def _torch_call(arrays: _Arrays, problem: Problem, target: Target):
     pad, dil = (p.pad_h, p.pad_w), (p.dil_h, p.dil_w)
 
     def call():
-        with torch.inference_mode():
-            return torch.nn.functional.conv2d(xn, wn, None, 1, pad, dil, p.groups)
+        return torch.nn.functional.conv2d(xn, wn, None, 1, pad, dil, p.groups)
 
     return call, "cuDNN" if target is Target.CUDA else "CPU"
+
+
+def _inference_mode(torch):
+    return torch.inference_mode() if torch is not None else contextlib.nullcontext()
 
 
 _TORCH_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
@@ -314,7 +318,8 @@ def measure(
     timed.append(("graph replay", graph.replay, note))
     if torch_call is not None:
         timed.append(("torch conv2d", torch_call, torch_note))
-    us = interleaved_us({name: call for name, call, _ in timed}, sync, loops, repeats)
+    with _inference_mode(arrays.torch):  # torch's conv2d as in inference, wino's calls alike
+        us = interleaved_us({name: call for name, call, _ in timed}, sync, loops, repeats)
     rows += [Row(name, us[name], note) for name, _, note in timed]
     if torch_call is None:
         rows.append(Row("torch conv2d", None, torch_note))
