@@ -312,7 +312,8 @@ class CRenderer(Renderer):
             f"    u_t u; memcpy(&u, {values}, sizeof u);\n"
             "    const u_t nan = (u_t)((i_t)(u & 0x7fffffffu) > 0x7f800000);\n"
             "    const u_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;\n"
-            "    const h_t h = __builtin_convertvector((nan & ((u >> 16) | 0x40u)) | (~nan & rne), h_t);\n"
+            "    const h_t h = __builtin_convertvector("
+            "(nan & ((u >> 16) | 0x40u)) | (~nan & rne), h_t);\n"
             f"    memcpy({words}, &h, sizeof h);\n"
             "  }"
         )
