@@ -5,6 +5,7 @@ element must equal ml_dtypes' correctly rounded bf16 of the exact value, bit for
 
 from __future__ import annotations
 
+import subprocess
 from fractions import Fraction
 
 import ml_dtypes
@@ -90,3 +91,106 @@ def test_nan_and_inf_survive_the_store(plan):
     assert np.isinf(u[reach[:, 1, 1], 2, 3]).all()
     assert u[0, 1, 0] == np.inf  # bin (0, 0) is g[0][0] alone: +inf
     assert np.isfinite(u[:, 3:, :]).all()  # other filters untouched
+
+
+# The host's vector conversions (CRenderer.widen16 / narrow16, in vector_io's loads and stores)
+# against the scalar wino_bf16_to_f32 / wino_f32_to_bf16 of the same rendered source, compiled
+# with the c target's flags: as they are (the portable body) and for x86-64-v3 (the body the
+# kernels' target_clones pick on an AVX2 host).
+_HARNESS = """
+void wino_test_widen(const unsigned short* h, float* f, long n)
+{ for (long i = 0; i < n; i += VEC) wino_ld_bf16_vVEC(h + i, f + i); }
+void wino_test_narrow(const float* f, unsigned short* h, long n)
+{ for (long i = 0; i < n; i += VEC) wino_st_bf16_vVEC(h + i, f + i); }
+void wino_test_scalar_widen(const unsigned short* h, float* f, long n)
+{ for (long i = 0; i < n; ++i) f[i] = wino_bf16_to_f32(h[i]); }
+void wino_test_scalar_narrow(const float* f, unsigned short* h, long n)
+{ for (long i = 0; i < n; ++i) h[i] = wino_f32_to_bf16(f[i]); }
+"""
+_ISAS = {"portable": [], "x86-64-v3": ["-march=x86-64-v3"]}
+
+
+def _host_has_v3() -> bool:
+    try:
+        flags = set(open("/proc/cpuinfo", encoding="ascii").read().split())
+    except OSError:
+        return False
+    return {"avx2", "fma", "f16c", "bmi2", "movbe"} <= flags
+
+
+def _adversarial_f32() -> np.ndarray:
+    """Every bf16 pattern as the high half, each with low halves that decide the rounding:
+    0, 1, just below / at / just above the tie, 0xffff (carries into the exponent: the
+    largest finite values round to inf), and random ones. Covers +-0, subnormals, inf, and
+    quiet and signalling NaNs (whose low bits only the NaN rule must not round away)."""
+    high = np.arange(1 << 16, dtype=np.uint32) << 16
+    lows = [0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF]
+    rng = np.random.default_rng(7)
+    parts = [high | low for low in lows] + [high | rng.integers(0, 1 << 16, high.size, np.uint32)]
+    return np.concatenate(parts).view(np.float32)
+
+
+@pytest.fixture(scope="module", params=[2, 4, 8], ids=lambda v: f"v{v}")
+def conversions(request, tmp_path_factory):
+    """The harness of each ISA (ctypes), compiled with the source of a bf16 -> bf16 K2 at the
+    vector (its loads and stores are the bf16 wino_ld / wino_st of that vector)."""
+    import ctypes
+
+    from wino.builder import toolchains
+    from wino.codegen.render import render
+    from wino.vocab import Target
+
+    chains = toolchains.resolve(Target.C).toolchains
+    if not chains:
+        pytest.skip("no C compiler for the c target")
+    tc, vec = chains[0], request.param
+    source = render(RtInputSpec(TILE, BF16, BF16, vec, 256, prescale="none"), "c")
+    assert "__builtin_convertvector" in source  # the vector form, not the per-lane one
+    folder = tmp_path_factory.mktemp(f"bf16conv_v{vec}")
+    src = folder / "conv.c"
+    src.write_text(source + _HARNESS.replace("VEC", str(vec)), encoding="utf-8")
+    libs = {}
+    for isa, extra in _ISAS.items():
+        if extra and not _host_has_v3():
+            continue
+        out = folder / f"conv_{isa}.so"
+        subprocess.run([tc.path, *tc.flags, *extra, "-o", str(out), str(src)], check=True)
+        libs[isa] = ctypes.CDLL(str(out))
+    return libs
+
+
+def _call(lib, fn: str, src: np.ndarray, dtype) -> np.ndarray:
+    import ctypes
+
+    out = np.zeros(src.size, dtype)
+    getattr(lib, fn)(
+        src.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(ctypes.c_void_p), src.size
+    )
+    return out
+
+
+def test_vector_widening_matches_the_scalar_one(conversions):
+    h = np.arange(1 << 16, dtype=np.uint16)  # every bf16 pattern
+    expected = h.astype(np.uint32) << 16
+    for isa, lib in conversions.items():
+        scalar = _call(lib, "wino_test_scalar_widen", h, np.float32).view(np.uint32)
+        vector = _call(lib, "wino_test_widen", h, np.float32).view(np.uint32)
+        np.testing.assert_array_equal(scalar, expected, err_msg=isa)
+        np.testing.assert_array_equal(vector, scalar, err_msg=isa)
+
+
+def test_vector_narrowing_matches_the_scalar_one(conversions):
+    f = _adversarial_f32()
+    u = f.view(np.uint32)
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    with np.errstate(invalid="ignore"):  # the NaNs' cast; their bits come from the rule below
+        rounded = _bits(f.astype(ml_dtypes.bfloat16))
+    # an independent reference: ml_dtypes' round to nearest even; a NaN keeps its top bits, quiet
+    expected = np.where(nan, (u >> 16) | 0x40, rounded)
+    assert (rounded[~nan] != (u >> 16)[~nan]).any()  # some round up, not truncated
+    assert "portable" in conversions
+    for isa, lib in conversions.items():
+        scalar = _call(lib, "wino_test_scalar_narrow", f, np.uint16)
+        vector = _call(lib, "wino_test_narrow", f, np.uint16)
+        np.testing.assert_array_equal(scalar, expected.astype(np.uint16), err_msg=isa)
+        np.testing.assert_array_equal(vector, scalar, err_msg=isa)

@@ -7,6 +7,7 @@ batch split, the filter transform reused, refusals and operand checks."""
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -150,6 +151,10 @@ def test_wide_c_default_k2_mode(root, c, tile, prescale, block, vec):
             assert (k2.xdtype, k2.prescale) == (DType.FP32, Prescale.NONE)
             assert Stage.PRESCALE not in stages
         if dtype is DType.BF16:
+            # the host widens and narrows bf16 a whole vector at once (CRenderer.widen16): its
+            # K2 mode is fp32's, vec 8 included (no c exclusion of bf16 vec 8 any more)
+            fp32 = default_stage_specs(replace(problem, dtype=DType.FP32), tile, target=Target.C)
+            assert k2 == fp32[Stage.INPUT].replace(io=DType.BF16)
             continue  # the GPUs store bf16 io as fp16: their pick is fp16's, checked there
         # the GPUs' pick (fp16 storage for fp16): the WIDE row's mode; the c suite runs it forced
         gpu = default_stage_specs(problem, tile, target=Target.CUDA)

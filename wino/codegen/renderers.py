@@ -102,6 +102,28 @@ class Renderer:
             return self.f2h(value)
         return f"wino_f32_to_bf16({value})"
 
+    # Whole vectors of 16-bit lanes <-> fp32 (vector_io's loads and stores) ------------------
+    def widen16(self, dtype: DType, vec: int, words: str, out: str) -> str:
+        """Statements setting ``out[0..vec)`` (floats) to the ``vec`` 16-bit lanes of ``dtype``
+        packed in the unsigned array ``words`` (lane i in bits 16 (i % 2) of word i / 2): here
+        lane by lane through ``to_float`` (the GPUs' form)."""
+        return "\n".join(
+            f"  {out}[{i}] = "
+            + self.to_float(dtype, f"(unsigned short)({words}[{i // 2}] >> {16 * (i % 2)})")
+            + ";"
+            for i in range(vec)
+        )
+
+    def narrow16(self, dtype: DType, vec: int, values: str, words: str) -> str:
+        """Statements packing the floats ``values[0..vec)`` as 16-bit lanes of ``dtype`` into
+        the unsigned array ``words`` (widen16's layout): here lane by lane through
+        ``from_float``."""
+        return "\n".join(
+            f"  {words}[{k}] = (unsigned){self.from_float(dtype, f'{values}[{2 * k}]')}"
+            f" | ((unsigned){self.from_float(dtype, f'{values}[{2 * k + 1}]')} << 16);"
+            for k in range(vec // 2)
+        )
+
     # File and kernel structure --------------------------------------------------------------
     def prelude(self) -> str:
         return ""
@@ -256,6 +278,45 @@ class CRenderer(Renderer):
 
     def f2h(self, x: str) -> str:
         return f"wino_f2h({x})"
+
+    def widen16(self, dtype: DType, vec: int, words: str, out: str) -> str:
+        """bf16: the whole vector at once in GCC's vector extensions (each lane zero-extended
+        to 32 bits and shifted up 16: wino_bf16_to_f32's bits), which the x86-64-v3 clone makes
+        one vpmovzxwd and one vpslld; lane by lane, the 16-bit lanes went to memory one at a
+        time and were read back as one vector (no store-to-load forwarding). fp16: lane by
+        lane (F16C converts those; one vector of _Float16 would need it in the portable body)."""
+        if dtype is not DType.BF16:
+            return super().widen16(dtype, vec, words, out)
+        return (
+            "  {\n"
+            f"    typedef unsigned short h_t __attribute__((vector_size({2 * vec})));\n"
+            f"    typedef unsigned u_t __attribute__((vector_size({4 * vec})));\n"
+            f"    h_t h; memcpy(&h, {words}, sizeof h);\n"
+            "    const u_t u = __builtin_convertvector(h, u_t) << 16;\n"
+            f"    memcpy({out}, &u, sizeof u);\n"
+            "  }"
+        )
+
+    def narrow16(self, dtype: DType, vec: int, values: str, words: str) -> str:
+        """bf16: wino_f32_to_bf16 on the whole vector at once (round to nearest, ties to even;
+        a NaN keeps its top bits with the quiet bit set), the branch a lane mask (|u| compared
+        as a signed lane: one vpcmpgtd); bit for bit the scalar function's result
+        (tests/test_bf16_rounding.py). fp16: lane by lane."""
+        if dtype is not DType.BF16:
+            return super().narrow16(dtype, vec, values, words)
+        return (
+            "  {\n"
+            f"    typedef unsigned u_t __attribute__((vector_size({4 * vec})));\n"
+            f"    typedef int i_t __attribute__((vector_size({4 * vec})));\n"
+            f"    typedef unsigned short h_t __attribute__((vector_size({2 * vec})));\n"
+            f"    u_t u; memcpy(&u, {values}, sizeof u);\n"
+            "    const u_t nan = (u_t)((i_t)(u & 0x7fffffffu) > 0x7f800000);\n"
+            "    const u_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;\n"
+            "    const h_t h = __builtin_convertvector("
+            "(nan & ((u >> 16) | 0x40u)) | (~nan & rne), h_t);\n"
+            f"    memcpy({words}, &h, sizeof h);\n"
+            "  }"
+        )
 
     def prelude(self) -> str:
         return (
