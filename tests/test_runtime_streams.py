@@ -196,6 +196,8 @@ def test_user_capture_with_torch_cuda_graph(root):
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(y, plan.run(x, U=U))
+    # inside the caller's capture the launches themselves were recorded, no run graph made
+    assert plan._graphs is None or plan._graphs.graphs() == 0
 
 
 def test_cupy_graph_replay_equals_eager(root):
@@ -414,3 +416,58 @@ def test_conv2d_reuse_filter_on_cuda_follows_the_weights_version(root):
     w.mul_(-1)  # in place: a new version
     y = wino.conv2d(x, w, padding=1, reuse_filter=True, cache_root=root)
     assert _error(plan, x, w, y) <= _bound(plan)
+
+
+@pytest.mark.parametrize("with_k1", [False, True], ids=["U given", "K1 per call"])
+def test_seen_pointers_run_as_one_graph_launch(root, with_k1):
+    """From the second call on the same pointers plan.run launches one CUDA graph of its
+    launches: each replay reads x as it is now (filled in place between calls) and writes
+    what the launches themselves write, bit for bit; y and the workspace poisoned first."""
+    p = PROBLEMS[0]
+    plan = dispatch(p, target="cuda", cache_root=root, batch_split=3)
+    backend = plan.backend()
+    src, w = _operands(p, 11)
+    U = None if with_k1 else plan.transform_filter(w)
+    filt = {"w": w} if with_k1 else {"U": U}
+    x = src.clone()
+    y = torch.full((p.N, p.Ho, p.Wo, p.K), float("nan"), dtype=x.dtype, device="cuda")
+    ws = torch.full((plan.workspace_bytes,), 0xFF, dtype=torch.uint8, device="cuda")
+    for call in range(4):
+        x.copy_(src * (call + 1))
+        y.fill_(float("nan"))
+        plan.run(x, y=y, workspace=ws, **filt)
+        torch.cuda.synchronize()
+        assert plan._graphs.graphs() == (0 if call == 0 else 1), call
+        backend.run_graphs = False
+        try:
+            expect = plan.run(x, **filt)  # every launch issued, the plan's own workspace
+        finally:
+            backend.run_graphs = True
+        torch.cuda.synchronize()
+        assert torch.equal(y, expect), call
+    assert _error(plan, x, w, y) <= _bound(plan)
+
+
+def test_run_graphs_follow_the_pointers_not_the_arrays(root):
+    """A fresh y per call at a new address issues every launch (nothing is captured for
+    pointers seen once); the same address again, in another array, replays its graph."""
+    p = PROBLEMS[0]
+    plan = dispatch(p, target="cuda", cache_root=root)
+    x, w = _operands(p, 12)
+    U = plan.transform_filter(w)
+    ws = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device="cuda")
+    held = [torch.empty(p.N, p.Ho, p.Wo, p.K, dtype=x.dtype, device="cuda") for _ in range(5)]
+    for y in held:
+        plan.run(x, U=U, y=y, workspace=ws)
+    assert plan._graphs.graphs() == 0
+    base = torch.empty(2 * held[0].numel(), dtype=x.dtype, device="cuda")
+    first = base[: held[0].numel()].view(held[0].shape)
+    plan.run(x, U=U, y=first, workspace=ws)
+    again = base[: held[0].numel()].view(held[0].shape)  # another tensor, the same address
+    again.fill_(float("nan"))
+    plan.run(x, U=U, y=again, workspace=ws)
+    torch.cuda.synchronize()
+    assert plan._graphs.graphs() == 1
+    assert torch.equal(again, held[0])
+    plan.release()
+    assert plan._graphs.graphs() == 0

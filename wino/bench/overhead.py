@@ -260,7 +260,9 @@ def _torch_call(arrays: _Arrays, problem: Problem, target: Target):
     else:
         dt = getattr(torch, _TORCH_DTYPE[p.dtype.short])
         x, w = (torch.from_numpy(a.astype("float32")).to(dt) for a in (arrays.x, arrays.w))
-    xn, wn = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2).contiguous()  # NCHW channels_last
+    # both NCHW views of the NHWC / KRSC memory, channels_last as a user holding these arrays
+    # calls it (a contiguous NCHW w beside a channels_last x costs torch a copy of w per call)
+    xn, wn = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
     pad, dil = (p.pad_h, p.pad_w), (p.dil_h, p.dil_w)
 
     def call():

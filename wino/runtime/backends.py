@@ -322,19 +322,24 @@ class Backend:
         if bound.u is None:
             pointers[Source.U], pointers[Source.FS] = base + prog.U.offset, base + prog.fs.offset
             pointers[Source.W] = bound.w
-            self.issue(prog.filter, pointers, ctx)
-            u = None  # in the workspace (prog.U)
+            u = None  # K1 writes it into the workspace (prog.U)
         else:
             u = bound.u[0]
             pointers[Source.U], pointers[Source.FS] = bound.u_at
-        arrays = {Source.WS: raw, Source.U: u}
+        self.issue_program(plan, prog, pointers, {Source.WS: raw, Source.U: u}, ctx)
+        return y
+
+    def issue_program(self, plan, prog, pointers: dict, arrays: dict, ctx) -> None:
+        """Every launch of a run in pipeline order: K1 where U is not given (``pointers``
+        then holds w), then each chunk's kernels and GEMMs."""
+        if Source.W in pointers:
+            self.issue(prog.filter, pointers, ctx)
         for ops in prog.chunks:
             for op in ops:
                 if isinstance(op, GemmOp):
                     self.issue_gemm(op, pointers, arrays, ctx)
                 else:
                     self.issue(op, pointers, ctx)
-        return y
 
     def own_workspace(self, plan, ctx):
         """The plan's own workspace for the call's stream (CUDA) or thread (host), allocated

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import os
 import threading
 from typing import Any, NamedTuple
 
@@ -31,11 +32,14 @@ from .cublas import (
     Matmul,
     Shape,
 )
+from .graphs import RunGraphs
 from .host import args_struct
 from .plan import GemmStep, KernelStep, Plan
 from .program import Source
 
 _TORCH_NAMES = {DType.FP32: "float32", DType.FP16: "float16", DType.BF16: "bfloat16"}
+#: What a run's launches read of its operands: a run graph serves calls with these pointers.
+_GRAPH_KEY = (Source.X, Source.Y, Source.WS, Source.U, Source.FS, Source.W, Source.BIAS)
 _CUDA_TYPE = {DType.FP32: CUDA_R_32F, DType.FP16: CUDA_R_16F, DType.BF16: CUDA_R_16BF}
 _RAW = {2: np.uint16, 4: np.float32}
 
@@ -161,6 +165,11 @@ class CudaBackend(Backend):
             runtime.CUDARuntimeError,
         )
         self._streams: dict[int, Any] = {}
+        self._graph_launch = runtime.graphLaunch
+        self._capture_mode = runtime.streamCaptureModeThreadLocal
+        self._capture_streams = threading.local()  # one private capture stream per thread
+        #: plan.run's launches as CUDA graphs on seen pointers (WINO_CUDA_GRAPHS=0: never)
+        self.run_graphs = os.environ.get("WINO_CUDA_GRAPHS", "1") != "0"
 
     def function(self, name: str):
         if name not in self._functions:
@@ -208,6 +217,41 @@ class CudaBackend(Backend):
                 )
         except self._driver_error as err:
             raise RuntimeError(f"cuLaunchKernel {op.step.name} failed: {err}") from None
+
+    def issue_program(self, plan, prog, pointers: dict, arrays: dict, ctx: Context) -> None:
+        """The run as one graph launch where the same pointers came back (graphs.RunGraphs);
+        every launch issued where they are new or the call's stream is being captured (the
+        caller's graph then records the launches themselves)."""
+        if not self.run_graphs or not self.keeps_workspace(ctx):
+            return super().issue_program(plan, prog, pointers, arrays, ctx)
+        if plan._graphs is None:
+            plan._graphs = RunGraphs()
+        key = tuple(pointers.get(source) for source in _GRAPH_KEY)
+        graph, capture = plan._graphs.find(key)
+        if graph is None and capture:
+            graph = self._capture(plan, prog, pointers, arrays, ctx)
+            plan._graphs.keep(key, graph)
+        if graph is None:
+            return super().issue_program(plan, prog, pointers, arrays, ctx)
+        try:
+            self._graph_launch(graph.graphExec, ctx.stream)
+        except self._runtime_error as err:
+            raise RuntimeError(f"cudaGraphLaunch of {plan.problem.label()}: {err}") from None
+
+    def _capture(self, plan, prog, pointers: dict, arrays: dict, ctx: Context):
+        """The run's launches recorded on a private stream (thread-local capture mode: other
+        threads' CUDA calls are not disturbed), instantiated; nothing runs here."""
+        side = getattr(self._capture_streams, "stream", None)
+        if side is None:
+            side = self._capture_streams.stream = self.cupy.cuda.Stream(non_blocking=True)
+        side.begin_capture(mode=self._capture_mode)
+        try:
+            super().issue_program(plan, prog, pointers, arrays, ctx._replace(stream=side.ptr))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                side.end_capture()
+            raise
+        return side.end_capture()
 
     def prepare_gemm(self, plan: Plan, step: GemmStep) -> Matmul:
         return self.gemm_handle().matmul(gemm_shape(step))

@@ -8,10 +8,60 @@ arrays (so code written against the API runs everywhere).
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from ..vocab import Target
 from .arrays import is_torch
+
+#: plan.run on CUDA issues a run as one CUDA graph launch once the same operand pointers come
+#: back this many times (the first sightings issue each launch; the last one captures).
+GRAPH_AFTER = 2
+#: Pointer sets a plan remembers (seen counts and graphs), the least recently used dropped.
+GRAPH_SLOTS = 8
+
+
+class RunGraphs:
+    """A plan's runs as CUDA graphs, by the pointers they were issued on (``plan.run``'s own,
+    not ``plan.graph``'s): a graph replays exactly the launches a run on those pointers would
+    issue (kernargs packed at plan time, pointers baked), so it serves a call whose operands
+    sit at the same addresses now, whatever arrays they are. Nothing else is held: a graph
+    reads and writes only those addresses, live in the call that replays it."""
+
+    def __init__(self, after: int = GRAPH_AFTER, slots: int = GRAPH_SLOTS):
+        self.after, self.slots = after, slots
+        self._entries: OrderedDict[tuple, Any] = OrderedDict()  # key -> sightings or graph
+        self._lock = threading.Lock()  # a plan may run on several threads
+
+    def find(self, key: tuple) -> tuple[Any, bool]:
+        """(the graph of ``key`` or None, whether to capture one now), counting a sighting."""
+        with self._lock:
+            entries = self._entries
+            entry = entries.get(key)
+            if entry is None:
+                entries[key] = 1
+                if len(entries) > self.slots:
+                    entries.popitem(last=False)
+                return None, self.after <= 1
+            entries.move_to_end(key)
+            if isinstance(entry, int):
+                entries[key] = entry + 1
+                return None, entry + 1 >= self.after
+            return entry, False
+
+    def keep(self, key: tuple, graph: Any) -> None:
+        with self._lock:
+            self._entries[key] = graph
+            self._entries.move_to_end(key)
+            if len(self._entries) > self.slots:
+                self._entries.popitem(last=False)
+
+    def graphs(self) -> int:
+        return sum(not isinstance(e, int) for e in self._entries.values())
+
+    def clear(self) -> None:
+        self._entries.clear()
 
 
 class PlanGraph:

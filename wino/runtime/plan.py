@@ -101,6 +101,7 @@ class Plan:
     _bound: Any = field(default=None, repr=False)  # the last checked run's arrays (backends)
     _workspaces: dict = field(default_factory=dict, repr=False)  # its own, per stream/thread
     _filters: dict = field(default_factory=dict, repr=False)  # conv2d(reuse_filter=True)
+    _graphs: Any = field(default=None, repr=False)  # CUDA: runs as graphs (graphs.RunGraphs)
 
     @property
     def steps(self) -> list[Step]:
@@ -166,13 +167,16 @@ class Plan:
 
     def release(self) -> None:
         """Drop what the plan holds between runs: its own workspaces, the last checked call's
-        arrays and ``conv2d(reuse_filter=True)``'s filters. Safe at any time: on CUDA a
-        workspace was allocated on the one stream it serves (never captured into a graph),
-        so the framework's allocator reuses it in order after that stream's work. The next
-        run checks its arrays and allocates again."""
+        arrays, ``conv2d(reuse_filter=True)``'s filters and its runs' CUDA graphs. Safe at
+        any time: on CUDA a workspace was allocated on the one stream it serves, and its runs
+        (a run graph's launch included) went on that stream, so the framework's allocator
+        reuses it in order after that stream's work. The next run checks its arrays and
+        allocates again."""
         self._workspaces.clear()
         self._bound = None
         self._filters.clear()
+        if self._graphs is not None:
+            self._graphs.clear()
 
     def backend(self):
         if self._backend is None:
