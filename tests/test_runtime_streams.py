@@ -425,6 +425,7 @@ def test_seen_pointers_run_as_one_graph_launch(root, with_k1):
     what the launches themselves write, bit for bit; y and the workspace poisoned first."""
     p = PROBLEMS[0]
     plan = dispatch(p, target="cuda", cache_root=root, batch_split=3)
+    plan.release()  # dispatch's plans are shared: no graph from an earlier test
     backend = plan.backend()
     src, w = _operands(p, 11)
     U = None if with_k1 else plan.transform_filter(w)
@@ -453,6 +454,7 @@ def test_run_graphs_follow_the_pointers_not_the_arrays(root):
     pointers seen once); the same address again, in another array, replays its graph."""
     p = PROBLEMS[0]
     plan = dispatch(p, target="cuda", cache_root=root)
+    plan.release()  # dispatch's plans are shared: no graph from an earlier test
     x, w = _operands(p, 12)
     U = plan.transform_filter(w)
     ws = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device="cuda")
