@@ -1,9 +1,9 @@
 """K3 on cuBLASLt through nvmath-python's bindings: a strided-batched mixed-precision GEMM whose
 descriptors and algorithm are chosen once per shape, so a call is one ``cublasLtMatmul``.
 
-Why not ``cublasGemmStridedBatchedEx``: it re-derives the layouts and asks its heuristic on
-every call, about 25 us of host time per GEMM on the H200's host (issue 10's profile), more
-than the rest of a run's Python work. Why not CuPy's wrappers: they refuse to run while a
+Why not ``cublasGemmStridedBatchedEx``: it takes every extent, stride and type per call and
+chooses its algorithm inside; measured on the H200's host it cost 11-20 us per call against
+8-13 us for the prepared ``cublasLtMatmul`` (docs/BENCHMARKS.md, stop 11). Why not CuPy's wrappers: they refuse to run while a
 stream is being captured into a CUDA graph. Here the handle has a workspace of its own, set
 up front, so nothing is allocated during a capture, and every call names the caller's stream.
 """
