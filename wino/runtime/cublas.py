@@ -3,9 +3,10 @@ descriptors and algorithm are chosen once per shape, so a call is one ``cublasLt
 
 Why not ``cublasGemmStridedBatchedEx``: it takes every extent, stride and type per call and
 chooses its algorithm inside; measured on the H200's host it cost 11-20 us per call against
-8-13 us for the prepared ``cublasLtMatmul`` (docs/BENCHMARKS.md, stop 11). Why not CuPy's wrappers: they refuse to run while a
-stream is being captured into a CUDA graph. Here the handle has a workspace of its own, set
-up front, so nothing is allocated during a capture, and every call names the caller's stream.
+8-13 us for the prepared ``cublasLtMatmul`` (docs/BENCHMARKS.md, stop 11). Why not CuPy's
+wrappers: they refuse to run while a stream is being captured into a CUDA graph. Here the
+handle has a workspace of its own, set up front, so nothing is allocated during a capture,
+and every call names the caller's stream.
 """
 
 from __future__ import annotations
