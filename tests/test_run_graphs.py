@@ -40,7 +40,7 @@ def test_release_drops_the_plans_graphs():
     from wino.runtime.plan import Plan
 
     plan = Plan.__new__(Plan)
-    for name, value in (("_workspaces", {}), ("_bound", None), ("_filters", {})):
+    for name, value in (("_workspaces", {}), ("_bounds", {}), ("_filters", {})):
         object.__setattr__(plan, name, value)
     graphs = RunGraphs(after=1)
     graphs.find((1,))

@@ -79,6 +79,28 @@ def test_a_seen_call_skips_the_checks_and_reads_new_data(plan, checks):
     assert checks["bind"] == 2
 
 
+def test_layers_sharing_a_plan_are_each_checked_once(plan, checks, monkeypatch):
+    """A model's layers of one shape share a plan, each with its arrays: every set is checked
+    on its first call only, alternating; past BOUND_SLOTS sets the least recent is checked
+    again."""
+    layers = []
+    for seed in range(3):
+        x, w = _data(seed)
+        y, ws = rf.poisoned(plan)
+        layers.append((x, w, plan.transform_filter(w), y, ws))
+    for _ in range(3):
+        for x, w, U, y, ws in layers:
+            y[...] = np.nan
+            plan.run(x, U=U, y=y, workspace=ws)
+            _check(y, x, w)
+    assert checks["bind"] == 3
+    monkeypatch.setattr(backends, "BOUND_SLOTS", 2)
+    plan.release()
+    for x, _w, U, y, ws in layers + layers[:1]:  # the first set was dropped by the third
+        plan.run(x, U=U, y=y, workspace=ws)
+    assert checks["bind"] == 3 + 4 and len(plan._bounds) == 2
+
+
 @pytest.mark.parametrize(
     "change, match",
     [
@@ -144,10 +166,10 @@ def test_release_drops_what_the_plan_holds(root, plan, checks):
     x, w = _data()
     conv2d(x, w, (p.pad_h, p.pad_w), tile=CASE.tile, reuse_filter=True, cache_root=root)
     plan.run(x, w)
-    assert plan.held_bytes == plan.workspace_bytes and plan._bound is not None and plan._filters
+    assert plan.held_bytes == plan.workspace_bytes and plan._bounds and plan._filters
     binds, allocations = checks["bind"], checks["workspace"]
     plan.release()
-    assert plan.held_bytes == 0 and plan._bound is None and not plan._filters
+    assert plan.held_bytes == 0 and not plan._bounds and not plan._filters
     _check(plan.run(x, w), x, w)  # checked and allocated again
     assert (checks["bind"], checks["workspace"]) == (binds + 1, allocations + 1)
 
@@ -166,7 +188,7 @@ def test_a_copied_operand_is_not_kept(plan, checks):
     strided = np.asfortranarray(x)
     for _ in range(2):
         _check(plan.run(strided, w), x, w)
-    assert checks["bind"] == 2 and plan._bound is None
+    assert checks["bind"] == 2 and not plan._bounds
 
 
 @pytest.fixture

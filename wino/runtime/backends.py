@@ -92,9 +92,22 @@ class Bound(NamedTuple):
     keep: Any = None  # copies made for this call only (alive until it has issued)
 
 
-def _same_but_y(seen: tuple | None, key: tuple) -> bool:
-    """Whether two call keys (x, w, y, workspace, U, fs, bias) agree on everything but y."""
-    return seen is not None and seen[:2] == key[:2] and seen[3:] == key[3:]
+#: Checked calls a plan remembers, the least recently used dropped: a plan serves every layer
+#: of its shape in a model (ResNet-50's layer3 runs one plan on 5 sets of arrays per forward).
+BOUND_SLOTS = 16
+
+
+def _without_y(key: tuple) -> tuple:
+    """A call key (x, w, y, workspace, U, fs, bias) but y: what a remembered call is found by."""
+    return key[:2] + key[3:]
+
+
+def _remember(plan, key: tuple, bound) -> None:
+    bounds = plan._bounds
+    bounds.pop(key, None)
+    bounds[key] = bound  # the most recently used last
+    while len(bounds) > BOUND_SLOTS:
+        bounds.pop(next(iter(bounds)), None)
 
 
 class Backend:
@@ -234,20 +247,22 @@ class Backend:
 
     def run(self, plan, x, w, y, workspace, U, stream=None, bias=None):
         """Every check first (nothing is written when one fails), then the prepared launches.
-        A call whose arrays describe as the plan's last checked call did (``describe``:
-        pointer, shape, strides, dtype) skips the checks and reuses what they found; one
-        where only y differs (a fresh output per call) checks y alone."""
+        A call whose arrays describe as one of the plan's last BOUND_SLOTS checked calls did
+        (``describe``: pointer, shape, strides, dtype) skips the checks and reuses what they
+        found; one where only y differs (a fresh output per call) checks y alone."""
         prog = self.program(plan)
         key = self.call_key(x, w, y, workspace, U, bias)
-        bound = plan._bound
-        if key is None or bound is None or not _same_but_y(bound.key, key):
+        found = None if key is None else _without_y(key)
+        bound = None if found is None else plan._bounds.get(found)
+        if bound is None:
             bound = self.bind(plan, prog, key, x, w, y, workspace, U, stream, bias)
             return self.launch_bound(plan, prog, bound, bound.ctx, x, y)
         ctx = self.restream(bound.ctx, x, stream)
         if bound.key[2] != key[2] and y is not None:
             # only y is new (a framework's fresh output): its own checks, the rest as found
             aliasing.check_extents(y, bound.extents)
-            bound = bound._replace(y=self.pointer(self.output(plan, x, y, ctx)[1]))
+            bound = bound._replace(key=key, y=self.pointer(self.output(plan, x, y, ctx)[1]))
+            _remember(plan, found, bound)
         return self.launch_bound(plan, prog, bound, ctx, x, y)
 
     def call_key(self, x, w, y, workspace, U, bias=None) -> tuple | None:
@@ -301,7 +316,7 @@ class Backend:
             keep=(xv, wv, bv),  # a copy made for this call lives until its launches are issued
         )
         if key is not None and as_given:
-            plan._bound = bound._replace(keep=None)
+            _remember(plan, _without_y(key), bound._replace(keep=None))
         return bound
 
     def launch_bound(self, plan, prog, bound: Bound, ctx, x, y):

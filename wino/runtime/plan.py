@@ -98,7 +98,7 @@ class Plan:
     reason: str = ""  # why this plan kind (plan.explain says it)
     _backend: Any = field(default=None, repr=False)
     _program: Any = field(default=None, repr=False)  # the backend's prepared launches
-    _bound: Any = field(default=None, repr=False)  # the last checked run's arrays (backends)
+    _bounds: dict = field(default_factory=dict, repr=False)  # checked calls' arrays (backends)
     _workspaces: dict = field(default_factory=dict, repr=False)  # its own, per stream/thread
     _filters: dict = field(default_factory=dict, repr=False)  # conv2d(reuse_filter=True)
     _graphs: Any = field(default=None, repr=False)  # CUDA: runs as graphs (graphs.RunGraphs)
@@ -166,14 +166,14 @@ class Plan:
         return sum(int(raw.nbytes) for raw in list(self._workspaces.values()))  # numpy, CuPy, torch
 
     def release(self) -> None:
-        """Drop what the plan holds between runs: its own workspaces, the last checked call's
+        """Drop what the plan holds between runs: its own workspaces, the checked calls'
         arrays, ``conv2d(reuse_filter=True)``'s filters and its runs' CUDA graphs. Safe at
         any time: on CUDA a workspace was allocated on the one stream it serves, and its runs
         (a run graph's launch included) went on that stream, so the framework's allocator
         reuses it in order after that stream's work. The next run checks its arrays and
         allocates again."""
         self._workspaces.clear()
-        self._bound = None
+        self._bounds.clear()
         self._filters.clear()
         if self._graphs is not None:
             self._graphs.clear()
