@@ -142,6 +142,29 @@ def test_module_runs_wino_in_inference_and_torch_otherwise(root):
         assert torch.equal(module(x), expect)  # training mode: torch
 
 
+def test_eager_module_calls_the_implementation_and_a_trace_the_op(root, monkeypatch):
+    """Eager, on plain tensors, the module calls ops.run itself (the op's dispatcher wrapping
+    cost 30-45 us a call); a trace (fake tensors under torch.compile) goes through the registered
+    op, whose fake implementation it records."""
+    from wino.torch import ops
+
+    layer = LAYERS[0]
+    conv, x = _conv(layer), _input(layer)
+    module = wt.Conv2d.from_conv(conv)
+    with torch.inference_mode():
+        expect = module(x)
+    entered = []
+    op = ops.conv2d
+    monkeypatch.setattr(ops, "conv2d", lambda *a: entered.append(a) or op(*a))
+    with torch.inference_mode():
+        assert torch.equal(module(x), expect) and not entered
+    torch._dynamo.reset()
+    with torch.inference_mode():
+        traced = torch.compile(module, fullgraph=True, backend="eager")(x)
+    assert entered  # the fake tensors went to the op, as a trace needs
+    assert torch.equal(traced, expect)
+
+
 def test_module_bias_goes_through_the_epilogue(root, monkeypatch):
     """Conv2d(bias=True) hands its bias to the kernel's epilogue (no add after the kernel)."""
     layer = LAYERS[0]

@@ -103,9 +103,10 @@ class Conv2d(nn.Conv2d):
         grad = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
         if self.training or grad:
             return super().forward(x)
-        return ops.conv2d(
-            x, self.weight, self.bias, list(_padding(self)), list(self.dilation), self.groups
-        )
+        args = (x, self.weight, self.bias, list(_padding(self)), list(self.dilation), self.groups)
+        if type(x) is torch.Tensor and not torch.compiler.is_compiling():
+            return ops.run(*args)  # eager: the op's implementation without its wrapping
+        return ops.conv2d(*args)  # traced (fake tensors under torch.compile): the op
 
 
 def convert(model: nn.Module) -> nn.Module:
