@@ -27,7 +27,9 @@ class RunGraphs:
     not ``plan.graph``'s): a graph replays exactly the launches a run on those pointers would
     issue (kernargs packed at plan time, pointers baked), so it serves a call whose operands
     sit at the same addresses now, whatever arrays they are. Nothing else is held: a graph
-    reads and writes only those addresses, live in the call that replays it."""
+    reads and writes only those addresses, live in the call that replays it. A graph dropped
+    (least recently used, ``plan.release``) may still be running: the driver frees an
+    in-flight executable graph on its completion (cuGraphExecDestroy)."""
 
     def __init__(self, after: int = GRAPH_AFTER, slots: int = GRAPH_SLOTS):
         self.after, self.slots = after, slots
