@@ -25,6 +25,18 @@ ref.load_state_dict(m.state_dict())
 wt.convert(m)
 
 
+def profiled(call, calls: int, rows: int) -> None:
+    """A cProfile of ``calls`` calls (inference mode, synchronized): top ``rows`` by own time."""
+    with torch.inference_mode():
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+        profile.disable()
+    pstats.Stats(profile).sort_stats("tottime").print_stats(rows)
+
+
 def timed(f, n=20):
     with torch.inference_mode():
         for _ in range(5):
@@ -50,25 +62,11 @@ for p in plans:
         None if g is None else g.graphs(),
         None if g is None else list(g._entries.values())[:10],
     )
-with torch.inference_mode():
-    pr = cProfile.Profile()
-    pr.enable()
-    for _ in range(10):
-        m(x)
-    torch.cuda.synchronize()
-    pr.disable()
-pstats.Stats(pr).sort_stats("tottime").print_stats(25)
+profiled(lambda: m(x), 10, 25)
 # one layer alone: host time per call
 conv = [mod for mod in m.modules() if isinstance(mod, wt.Conv2d)][0]
 xi = torch.randn(32, 64, 56, 56, device="cuda").half().to(memory_format=torch.channels_last)
 tconv = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False).cuda().half().eval()
 torch_ms, wino_ms = timed(lambda: tconv(xi), 50), timed(lambda: conv(xi), 50)
 print(f"layer1 conv alone, ms per call: torch {torch_ms:.4f} wino {wino_ms:.4f}")
-with torch.inference_mode():
-    pr = cProfile.Profile()
-    pr.enable()
-    for _ in range(100):
-        conv(xi)
-    torch.cuda.synchronize()
-    pr.disable()
-pstats.Stats(pr).sort_stats("tottime").print_stats(20)
+profiled(lambda: conv(xi), 100, 20)

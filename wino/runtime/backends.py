@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from .. import cache
 from ..vocab import DType, Stage
-from . import aliasing
+from . import aliasing, lru
 from .arrays import dtype_of
 from .plan import GemmStep, plan_layout
 from .program import GemmOp, Source, build, carve
@@ -100,14 +100,6 @@ BOUND_SLOTS = 16
 def _without_y(key: tuple) -> tuple:
     """A call key (x, w, y, workspace, U, fs, bias) but y: what a remembered call is found by."""
     return key[:2] + key[3:]
-
-
-def _remember(plan, key: tuple, bound) -> None:
-    bounds = plan._bounds
-    bounds.pop(key, None)
-    bounds[key] = bound  # the most recently used last
-    while len(bounds) > BOUND_SLOTS:
-        bounds.pop(next(iter(bounds)), None)
 
 
 class Backend:
@@ -262,7 +254,7 @@ class Backend:
             # only y is new (a framework's fresh output): its own checks, the rest as found
             aliasing.check_extents(y, bound.extents)
             bound = bound._replace(key=key, y=self.pointer(self.output(plan, x, y, ctx)[1]))
-            _remember(plan, found, bound)
+            lru.put(plan._bounds, found, bound, BOUND_SLOTS)
         return self.launch_bound(plan, prog, bound, ctx, x, y)
 
     def call_key(self, x, w, y, workspace, U, bias=None) -> tuple | None:
@@ -316,7 +308,7 @@ class Backend:
             keep=(xv, wv, bv),  # a copy made for this call lives until its launches are issued
         )
         if key is not None and as_given:
-            _remember(plan, _without_y(key), bound._replace(keep=None))
+            lru.put(plan._bounds, _without_y(key), bound._replace(keep=None), BOUND_SLOTS)
         return bound
 
     def launch_bound(self, plan, prog, bound: Bound, ctx, x, y):

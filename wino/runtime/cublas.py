@@ -82,9 +82,12 @@ def _check(status_call, what: str):
         raise RuntimeError(f"cuBLASLt {what} failed: {err}") from None
 
 
-def _set(setter, obj: int, attr, dtype_of, value) -> None:
-    buf = np.array([value], dtype=dtype_of(attr))
-    setter(obj, attr, buf.ctypes.data, buf.nbytes)
+def _set(setter, dtype_of, obj: int, values) -> None:
+    """Set each (attribute, value) of ``values`` on the cuBLASLt object ``obj`` through
+    ``setter``, each value in the C type ``dtype_of(attribute)`` names."""
+    for attr, value in values:
+        buf = np.array([value], dtype=dtype_of(attr))
+        setter(obj, attr, buf.ctypes.data, buf.nbytes)
 
 
 class Matmul:
@@ -96,14 +99,12 @@ class Matmul:
         self.mask = align - 1
         self.desc = lt.matmul_desc_create(CUBLAS_COMPUTE_32F, CUDA_R_32F)
         ops = lt.MatmulDescAttribute
-        for attr, value in ((ops.TRANSA, shape.transa), (ops.TRANSB, shape.transb)):
-            _set(
-                lt.matmul_desc_set_attribute,
-                self.desc,
-                attr,
-                lt.get_matmul_desc_attribute_dtype,
-                value,
-            )
+        _set(
+            lt.matmul_desc_set_attribute,
+            lt.get_matmul_desc_attribute_dtype,
+            self.desc,
+            ((ops.TRANSA, shape.transa), (ops.TRANSB, shape.transb)),
+        )
         s = shape
         a_rows, a_cols = (s.m, s.k) if s.transa == CUBLAS_OP_N else (s.k, s.m)
         b_rows, b_cols = (s.k, s.n) if s.transb == CUBLAS_OP_N else (s.n, s.k)
@@ -117,17 +118,12 @@ class Matmul:
         lt = bindings()
         layout = lt.matrix_layout_create(dtype, rows, cols, ld)
         attrs = lt.MatrixLayoutAttribute
-        for attr, value in (
-            (attrs.BATCH_COUNT, self.shape.batch),
-            (attrs.STRIDED_BATCH_OFFSET, stride),
-        ):
-            _set(
-                lt.matrix_layout_set_attribute,
-                layout,
-                attr,
-                lt.get_matrix_layout_attribute_dtype,
-                value,
-            )
+        _set(
+            lt.matrix_layout_set_attribute,
+            lt.get_matrix_layout_attribute_dtype,
+            layout,
+            ((attrs.BATCH_COUNT, self.shape.batch), (attrs.STRIDED_BATCH_OFFSET, stride)),
+        )
         return layout
 
     def _heuristic(self):
@@ -145,14 +141,12 @@ class Matmul:
                     attrs.MIN_ALIGNMENT_D_BYTES,
                 )
             ]
-            for attr, value in values:
-                _set(
-                    lt.matmul_preference_set_attribute,
-                    pref,
-                    attr,
-                    lt.get_matmul_preference_attribute_dtype,
-                    value,
-                )
+            _set(
+                lt.matmul_preference_set_attribute,
+                lt.get_matmul_preference_attribute_dtype,
+                pref,
+                values,
+            )
             result = lt.MatmulHeuristicResult(1)
             found = np.zeros(1, dtype=np.int32)
             _check(

@@ -9,10 +9,10 @@ arrays (so code written against the API runs everywhere).
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from typing import Any
 
 from ..vocab import Target
+from . import lru
 from .arrays import is_torch
 
 #: plan.run on CUDA issues a run as one CUDA graph launch once the same operand pointers come
@@ -33,31 +33,23 @@ class RunGraphs:
 
     def __init__(self, after: int = GRAPH_AFTER, slots: int = GRAPH_SLOTS):
         self.after, self.slots = after, slots
-        self._entries: OrderedDict[tuple, Any] = OrderedDict()  # key -> sightings or graph
+        self._entries: dict[tuple, Any] = {}  # key -> sightings or graph, least recent first
         self._lock = threading.Lock()  # a plan may run on several threads
 
     def find(self, key: tuple) -> tuple[Any, bool]:
         """(the graph of ``key`` or None, whether to capture one now), counting a sighting."""
         with self._lock:
-            entries = self._entries
-            entry = entries.get(key)
-            if entry is None:
-                entries[key] = 1
-                if len(entries) > self.slots:
-                    entries.popitem(last=False)
-                return None, self.after <= 1
-            entries.move_to_end(key)
-            if isinstance(entry, int):
-                entries[key] = entry + 1
-                return None, entry + 1 >= self.after
-            return entry, False
+            entry = self._entries.get(key)
+            if entry is not None and not isinstance(entry, int):
+                lru.put(self._entries, key, entry, self.slots)
+                return entry, False
+            seen = 1 if entry is None else entry + 1
+            lru.put(self._entries, key, seen, self.slots)
+            return None, seen >= self.after
 
     def keep(self, key: tuple, graph: Any) -> None:
         with self._lock:
-            self._entries[key] = graph
-            self._entries.move_to_end(key)
-            if len(self._entries) > self.slots:
-                self._entries.popitem(last=False)
+            lru.put(self._entries, key, graph, self.slots)
 
     def graphs(self) -> int:
         return sum(not isinstance(e, int) for e in self._entries.values())
