@@ -66,9 +66,9 @@ def test_m_growth_values():
     assert m_growth(6, 6) == Fraction(3136, 9) and m_growth(6, 4) == Fraction(560, 3)
 
 
-def _limit(tile: Tile, io: DType) -> int:
-    """The largest C/G the fp16_m_range rule admits."""
-    return math.floor(FP16_MAX / m_per_channel(tile, io))
+def _limit(tile: Tile) -> int:
+    """The largest C/G the fp16_m_range rule admits (the same for every io dtype)."""
+    return math.floor(FP16_MAX / m_per_channel(tile))
 
 
 def _problem(C: int, dtype: str, **kw) -> Problem:
@@ -79,18 +79,17 @@ def _problem(C: int, dtype: str, **kw) -> Problem:
 @pytest.mark.parametrize("tile", (Tile(2, 2), Tile(4, 4), Tile(6, 4), Tile(6, 6)), ids=str)
 @pytest.mark.parametrize("dtype", (DType.FP16, DType.BF16))
 def test_default_pick_takes_fp16_m_up_to_the_rule_limit(tile, dtype):
-    limit = _limit(tile, dtype)
+    limit = _limit(tile)
     at, past = _problem(limit, dtype.short), _problem(limit + 1, dtype.short)
     assert default_stage_specs(at, tile, target=Target.CUDA)[Stage.OUTPUT].accdtype is DType.FP16
     assert default_stage_specs(past, tile, target=Target.CUDA)[Stage.OUTPUT].accdtype is DType.FP32
 
 
 def test_fp16_m_limits_per_tile():
-    """F4x4 fp16 io serves C/G up to 654 with fp16 M (the public 512-channel layers); bf16 io
-    leaves room for all-subnormal tiles and filters (scaled max below 2, not 1): 163."""
-    assert _limit(Tile(4, 4), DType.FP16) == 653
-    assert _limit(Tile(4, 4), DType.BF16) == 163
-    assert _limit(Tile(2, 2), DType.FP16) == 7264
+    """F4x4 serves C/G up to 653 with fp16 M (the public 512-channel layers), for bf16 io too:
+    the scales keep every finite bf16 maximum (subnormal or near the largest) below 1."""
+    assert _limit(Tile(4, 4)) == 653
+    assert _limit(Tile(2, 2)) == 7264
 
 
 @pytest.mark.parametrize("tile", TILES, ids=str)
@@ -141,7 +140,7 @@ def test_fp16_m_for_fp32_io_is_a_spec_refusal():
 F4 = Tile(4, 4)
 AT_LIMIT = _problem(640, "fp16")  # C/G 640 <= 653
 PAST_LIMIT = _problem(660, "fp16")
-SUBNORMAL = _problem(160, "bf16")  # C/G 160 <= 163
+SUBNORMAL = _problem(640, "bf16")  # C/G 640 <= 653
 
 
 def _fp16_m_specs(problem: Problem) -> dict:
@@ -241,8 +240,9 @@ def test_past_the_limit_fp16_m_is_refused_and_the_pick_keeps_fp32(root):
 
 
 def test_bf16_subnormal_tiles_stay_inside_fp16_m(root):
-    """An all-subnormal bf16 input is scaled by 2^127 to just below 2 (not 1): the rule's bf16
-    room. Here M reaches about 200 x C/G, inside fp16, and nothing is NaN or inf."""
+    """An all-subnormal bf16 input is scaled by 2^126 to just below 1 (the clamped 2^127 left it
+    just below 2, which would pass fp16 here): M reaches about 100 x C/G = 0.98 x 65504, and
+    nothing is NaN or inf."""
     plan = dispatch(SUBNORMAL, target="c", tile=F4, cache_root=root, specs=_gpu_pick(SUBNORMAL))
     assert plan.accdtype is DType.FP16
     tiny = float(np.finfo(np.float32).tiny) * (1 - 2.0**-7)  # the largest bf16 subnormal
@@ -250,12 +250,33 @@ def test_bf16_subnormal_tiles_stay_inside_fp16_m(root):
     _, w = _aligned(SUBNORMAL, 1 - 2.0**-8, ml_dtypes.bfloat16)
     y, ws = _run(plan, x, w)
     assert np.isfinite(ws["M"]).all() and np.isfinite(y).all()
-    assert np.abs(ws["M"]).max() > 0.45 * FP16_MAX
+    assert np.abs(ws["M"]).max() > 0.95 * FP16_MAX
+
+
+def test_bf16_near_largest_tiles_stay_inside_fp16_m(root):
+    """bf16 inputs at 1.5 x 2^127 (past 2^126) get the subnormal scale 2^-128, to 0.75 (the
+    clamped 2^-126 left 3, and M would pass fp16 by 1.5x here); a filter at 2^-12 keeps y
+    finite. M stays finite, and K4 puts the subnormal scale back exactly: y is bit for bit
+    2^100 times the output of the same data 2^100 smaller (whose scales are normal)."""
+    plan = dispatch(SUBNORMAL, target="c", tile=F4, cache_root=root, specs=_gpu_pick(SUBNORMAL))
+    assert plan.accdtype is DType.FP16
+    x, _ = _aligned(SUBNORMAL, 1.5 * 2.0**127, ml_dtypes.bfloat16)
+    _, w = _aligned(SUBNORMAL, 2.0**-12, ml_dtypes.bfloat16)
+    y, ws = _run(plan, x, w)
+    assert (ws["ts"] == 2.0**-128).all()
+    assert np.isfinite(ws["M"]).all() and np.isfinite(y).all()
+    assert np.abs(ws["M"]).max() > 0.35 * FP16_MAX  # 100 x 640 x 0.75 x 0.5
+    smaller = (x.astype(np.float64) * 2.0**-100).astype(ml_dtypes.bfloat16)
+    y_smaller, ws_smaller = _run(plan, smaller, w)
+    assert (ws_smaller["ts"] == 2.0**-28).all()
+    np.testing.assert_array_equal(ws["M"], ws_smaller["M"])
+    np.testing.assert_array_equal(y, y_smaller * 2.0**100)
+    assert np.abs(y).max() > 2.0**124  # the output itself is near the top of the range
 
 
 @pytest.mark.parametrize("dtype", ("fp16", "bf16"))
 def test_fp16_m_on_normal_data_within_the_bound(root, dtype):
-    """N(0,1) data at C 160: fp16 M within the claimed bound and one rounding per bin of fp32
+    """N(0,1) data at C 640: fp16 M within the claimed bound and one rounding per bin of fp32
     M's result."""
     problem = replace(SUBNORMAL, dtype=DType(dtype))
     x, w = rf.inputs(problem, np.random.default_rng(9))

@@ -87,7 +87,7 @@ def test_inputs_near_the_largest_value(root, dtype, tile, pick):
 @pytest.mark.parametrize("tile", TILES, ids=str)
 def test_bf16_subnormal_inputs(root, tile, pick):
     """x in bf16's subnormal range (below 2^-126) with a filter large enough that the direct
-    convolution is normal: the subnormal tile max gets the scale 2^127 (was 1: all zeros);
+    convolution is normal: the subnormal tile max gets the scale 2^126 (was 1: all zeros);
     fp32 storage holds the subnormals as they are."""
     x, w = _data(2)
     _check(root, "bf16", tile, x / np.abs(x).max() * 2.0**-127, w * 2.0**20, pick)
@@ -163,7 +163,8 @@ def test_fp32_inputs_near_the_largest_value(root, tile):
 @pytest.mark.parametrize("tile", ALL_TILES, ids=str)
 def test_fp32_filters_near_the_largest_value(root, tile):
     """w up to half of fp32's largest value and x small: the filter scale keeps U in range,
-    and K4 puts the tile scale (2^40 here) and the filter scale (2^-126) back as one product."""
+    and K4 puts the tile scale (2^40 here) and the filter scale (2^-127, an fp32 subnormal) back as
+    one product."""
     x, w = _data(5)
     _fp32_check(root, tile, x / np.abs(x).max() * 2.0**-40, w / np.abs(w).max() * FP32_MAX / 2)
 
@@ -171,7 +172,7 @@ def test_fp32_filters_near_the_largest_value(root, tile):
 @pytest.mark.parametrize("tile", ALL_TILES, ids=str)
 def test_fp32_subnormal_inputs(root, tile):
     """x in fp32's subnormal range (largest 2^-130) with a filter that makes the direct
-    convolution normal: the subnormal tile max gets the scale 2^127, so the transform and the
+    convolution normal: the subnormal tile max gets the scale 2^126, so the transform and the
     GEMM run at full precision."""
     x, w = _data(6)
     _fp32_check(root, tile, x / np.abs(x).max() * 2.0**-130, w * 2.0**100)

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import shutil
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 from wino.pick import default_stage_specs
+from wino.problem import Problem
 from wino.runtime import conv2d_reference, dispatch, relative_error
 from wino.runtime.registry import cuda_available
 from wino.runtime.verify import bound_for
-from wino.vocab import TILES, DType, Prescale, Stage, Tile
+from wino.vocab import TILES, DType, Prescale, Stage, Target, Tile
 
 from . import cuda_cache
+from .test_fp16_m import F4, _aligned
 from .test_range import FP32_MAX, FP32_PATHS, _data, _problem, _unscaled_specs
 
 pytestmark = [
@@ -82,3 +85,58 @@ def test_fp32_scale_changes_no_bit_on_the_gpu(root, tile):
     assert default_stage_specs(_problem("fp32"), tile)[Stage.INPUT].prescale is Prescale.FUSED
     y = _run(root, tile, x, w)
     assert y.tobytes() == _run(root, tile, x, w, _unscaled_specs(tile)).tobytes()
+
+
+# bf16 io with fp16 M (the GPUs' default past C/G 163 at F4x4 since the scales keep every finite
+# maximum below 1): tests/test_fp16_m.py's extremes through the cubins and cuBLASLt.
+BF16_WIDE = Problem(N=1, C=640, H=8, W=8, K=8, pad_h=1, pad_w=1, dtype="bf16")
+
+
+@pytest.fixture(scope="module")
+def bf16_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("range-cuda-bf16")
+    cuda_cache.build(set(_gpu_bf16_specs().values()), root)
+    return root
+
+
+def _gpu_bf16_specs():
+    return default_stage_specs(BF16_WIDE, F4, target=Target.CUDA)
+
+
+def _run_bf16(root, x, w):
+    """(y, ts, M) as float64 of the default bf16 plan over poisoned buffers."""
+    import cupy
+
+    plan = dispatch(BF16_WIDE, target="cuda", tile=F4, cache_root=root, specs=_gpu_bf16_specs())
+    assert plan.accdtype is DType.FP16
+    p = BF16_WIDE
+    y = cupy.full((p.N, p.Ho, p.Wo, p.K), np.nan, x.dtype)
+    workspace = cupy.full(plan.workspace_bytes, 0xFF, cupy.uint8)
+    plan.run(cupy.asarray(x), cupy.asarray(w), y=y, workspace=workspace)
+    views = plan.backend().workspace(plan, workspace, plan.batch_split)
+    return (cupy.asnumpy(a).astype(np.float64) for a in (y, views["ts"], views["M"]))
+
+
+def test_bf16_near_largest_inputs_with_fp16_m_on_the_gpu(bf16_root):
+    """x at 1.5 x 2^127 takes the subnormal tile scale 2^-128; M stays finite and y is bit for
+    bit 2^100 times the output of the same data 2^100 smaller."""
+    x, w = _aligned(BF16_WIDE, 1.5 * 2.0**127, ml_dtypes.bfloat16)
+    w = _aligned(BF16_WIDE, 2.0**-12, ml_dtypes.bfloat16)[1]
+    y, ts, m = _run_bf16(bf16_root, x, w)
+    assert (ts == 2.0**-128).all() and np.isfinite(m).all() and np.isfinite(y).all()
+    smaller = (x.astype(np.float64) * 2.0**-100).astype(ml_dtypes.bfloat16)
+    y_smaller, ts_smaller, m_smaller = _run_bf16(bf16_root, smaller, w)
+    assert (ts_smaller == 2.0**-28).all()
+    np.testing.assert_array_equal(m, m_smaller)
+    np.testing.assert_array_equal(y, y_smaller * 2.0**100)
+
+
+def test_bf16_subnormal_inputs_with_fp16_m_on_the_gpu(bf16_root):
+    """An all-subnormal bf16 input at C/G 640 is scaled by 2^126 to just below 1: M fills fp16
+    to 0.95 x its range and stays finite, and so does y."""
+    tiny = float(np.finfo(np.float32).tiny) * (1 - 2.0**-7)  # the largest bf16 subnormal
+    x = _aligned(BF16_WIDE, tiny, ml_dtypes.bfloat16)[0]
+    w = _aligned(BF16_WIDE, 1 - 2.0**-8, ml_dtypes.bfloat16)[1]
+    y, ts, m = _run_bf16(bf16_root, x, w)
+    assert (ts == 2.0**126).all() and np.isfinite(m).all() and np.isfinite(y).all()
+    assert np.abs(m).max() > 0.95 * 65504

@@ -32,7 +32,7 @@ from .fused import fused_namespace
 from .geometry import ceil_div, elems_one_image, lds_bytes
 from .problem import Problem
 from .specs import RtFusedSpec, RtInputSpec, RtOutputSpec, StageSpec
-from .vocab import TILES, DType, Target, Tile, coerce
+from .vocab import TILES, Target, Tile, coerce
 from .winograd import m_growth
 
 
@@ -416,7 +416,7 @@ def _spec_ns(spec: StageSpec, params: dict[str, Any]) -> dict[str, Any]:
     if isinstance(spec, RtFusedSpec):
         ns.update(fused_namespace(spec))
     if isinstance(spec, RtOutputSpec):
-        ns["m_per_channel"] = m_per_channel(tile, spec.io)
+        ns["m_per_channel"] = m_per_channel(tile)
     return ns
 
 
@@ -462,21 +462,17 @@ def _problem_ns(problem: Problem, params: dict[str, Any], tile: Tile | None = No
     return ns
 
 
-#: The largest |x| and |w| the power-of-two scales leave, per io dtype (common.j2's
-#: wino_pow2_scale): below 1 for fp16 (and for bf16 in the normal range below 2^126); below 2
-#: for bf16 where a window or filter row is all subnormal (the scale is clamped at 2^127).
-_SCALED_MAX = {DType.FP16: 1, DType.BF16: 2, DType.FP32: 1}
 #: V and U are rounded to 16 bits before the GEMM: each may round up by a factor 1 + 2^-11.
 _STORAGE_MARGIN = 1 + 2**-9
 
 
-def m_per_channel(tile: Tile, io: DType) -> float:
+def m_per_channel(tile: Tile) -> float:
     """The largest |V[a][p][c] * U[a][k][c]| one input channel adds to M (over every bin a) once
     the tile and filter scales are applied: the transforms' growth (wino.winograd.m_growth) times
-    the largest scaled |x| and |w|, with the 16-bit storage's rounding margin. |M| stays below
-    C/G times this (the ``fp16_m_range`` rule)."""
-    scaled = _SCALED_MAX[io]
-    return float(m_growth(tile.mh, tile.mw)) * scaled * scaled * _STORAGE_MARGIN
+    the largest scaled |x| and |w|, which common.j2's wino_pow2_scale keeps below 1 for every
+    finite value of every io dtype (subnormal and near-largest maxima included), with the 16-bit
+    storage's rounding margin. |M| stays below C/G times this (the ``fp16_m_range`` rule)."""
+    return float(m_growth(tile.mh, tile.mw)) * _STORAGE_MARGIN
 
 
 # Checks ----------------------------------------------------------------------------------------
