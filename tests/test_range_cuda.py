@@ -104,7 +104,7 @@ def _gpu_bf16_specs():
 
 
 def _run_bf16(root, x, w):
-    """(y, ts, M) as float64 of the default bf16 plan over poisoned buffers."""
+    """(y, ts, M) as float64 of the default bf16 plan (fp16 M) over poisoned buffers."""
     import cupy
 
     plan = dispatch(BF16_WIDE, target="cuda", tile=F4, cache_root=root, specs=_gpu_bf16_specs())
@@ -113,8 +113,9 @@ def _run_bf16(root, x, w):
     y = cupy.full((p.N, p.Ho, p.Wo, p.K), np.nan, x.dtype)
     workspace = cupy.full(plan.workspace_bytes, 0xFF, cupy.uint8)
     plan.run(cupy.asarray(x), cupy.asarray(w), y=y, workspace=workspace)
-    views = plan.backend().workspace(plan, workspace, plan.batch_split)
-    return (cupy.asnumpy(a).astype(np.float64) for a in (y, views["ts"], views["M"]))
+    views = plan.backend().workspace(plan, workspace, plan.batch_split)  # 16-bit: raw bits
+    m = cupy.asnumpy(views["M"]).view(np.float16)
+    return y.get().astype(np.float64), views["ts"].get().astype(np.float64), m.astype(np.float64)
 
 
 def test_bf16_near_largest_inputs_with_fp16_m_on_the_gpu(bf16_root):
