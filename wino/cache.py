@@ -32,7 +32,6 @@ import os
 import re
 import tempfile
 import warnings
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -86,6 +85,11 @@ def search_path(root: Path | str | None = None) -> list[BuildFolder]:
     """The build folders the runtime reads, in order. An explicit ``root``, else $WINO_BUILD, is
     the only place looked at (a choice is never second-guessed); otherwise ./build, the
     checkout's build/ and the cache packaged in the wheel, the first holding the target wins."""
+    return _unique(_places(root))
+
+
+def _places(root: Path | str | None) -> list[BuildFolder]:
+    """``search_path`` before a folder reached twice (./build is the checkout's) is dropped."""
     if root is not None:
         return [BuildFolder(Path(root), CacheSource.ROOT)]
     if _env_build():
@@ -94,9 +98,16 @@ def search_path(root: Path | str | None = None) -> list[BuildFolder]:
     if config.IS_CHECKOUT:
         found.append(BuildFolder(config.ROOT / "build", CacheSource.CHECKOUT))
     found.append(BuildFolder(config.PACKAGED / "build", CacheSource.PACKAGED))
+    return found
+
+
+def _unique(folders: list[BuildFolder]) -> list[BuildFolder]:
+    """The folders but those whose real path an earlier one has."""
+    if len(folders) < 2:
+        return folders
     seen: set[str] = set()
     unique = []
-    for folder in found:
+    for folder in folders:
         real = os.path.realpath(folder.path)
         if real not in seen:
             seen.add(real)
@@ -280,7 +291,11 @@ class Index:
     def __init__(self, header: dict[str, Any], fd: int, start: int, path: Path):
         self.header, self._fd, self._start, self._path = header, fd, start, path
         self._parsed: dict[str, Any] = {}
-        weakref.finalize(self, os.close, fd)
+
+    def __del__(self, close=os.close) -> None:
+        """Close the file (``close`` is bound here: at interpreter exit ``os`` may be gone).
+        Not weakref.finalize: its first use in a process costs a first dispatch 50 us."""
+        close(self._fd)
 
     def section(self, key: str) -> Any:
         """A section's data (None when the index has no such section)."""
@@ -755,7 +770,11 @@ def _candidates(base: Path, flavor: str | None) -> list[Path]:
     hit = _CANDIDATES.get((base, "*"))
     if hit is not None and hit[0] == key and key is not None:
         return hit[1]
-    paths = sorted(d / MANIFEST for d in base.glob("*") if d.is_dir())
+    try:  # os.scandir, not Path.glob: its first use compiles a pattern (a first dispatch's)
+        with os.scandir(base) as entries:
+            paths = sorted(Path(entry.path) / MANIFEST for entry in entries if entry.is_dir())
+    except OSError:  # absent, or no folder: no flavor
+        paths = []
     _CANDIDATES[(base, "*")] = (key, paths)
     return paths
 
@@ -838,17 +857,21 @@ def manifest_location(
     build folder of ``search_path(root)`` that holds one, the given flavor or the only / most
     recently published one. A few stat calls; raises FileNotFoundError naming every place."""
     looked = []
-    for folder in search_path(root):
+    for folder in _places(root):  # a folder reached twice holds the target neither time
         base = folder.path / "cache" / f"v{FORMAT}" / target.value
         try:
             path, key = manifest_state_in(base, flavor)
         except FileNotFoundError:
-            looked.append(f"{base} ({folder.source.value})")
+            looked.append(folder)
             continue
-        return path, key, folder.source
+        return path, key, folder.source  # found: no real path resolved (``search_path``'s)
+    places = "; ".join(
+        f"{folder.path / 'cache' / f'v{FORMAT}' / target.value} ({folder.source.value})"
+        for folder in _unique(looked)
+    )
     raise FileNotFoundError(
         f"no {target.value} cache{f' of flavor {flavor}' if flavor else ''} in "
-        f"{'; '.join(looked)}: build it with `doit compile:{target.value}`, or install a "
+        f"{places}: build it with `doit compile:{target.value}`, or install a "
         "wino wheel that carries it"
     )
 

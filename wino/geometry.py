@@ -40,6 +40,11 @@ class TileGrid:
         th, tw = problem.dil_h * thp, problem.dil_w * twp
         return cls(thp, twp, th, tw, problem.N * th * tw)
 
+    def counts(self) -> dict[str, int]:
+        """The counts by field name: ``dataclasses.asdict``'s, without its deep copies (a
+        launch's kernargs read them)."""
+        return {"thp": self.thp, "twp": self.twp, "TH": self.TH, "TW": self.TW, "P": self.P}
+
 
 def tiles_per_image(problem: Problem, tile: Tile) -> int:
     """Tiles of one image: dil_h phases x ceil(ceil(Ho/dil_h)/mh) rows, likewise columns."""

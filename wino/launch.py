@@ -19,7 +19,7 @@ Workspace layouts (xd = transformed dtype, acc = accumulator dtype):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from .geometry import INDEX_LIMIT, TileGrid, aligned, elems, tiles_per_image
@@ -64,7 +64,7 @@ def _stage_launch(spec: StageSpec, problem: Problem, tile_scale: bool) -> Launch
     kind = kind_of(spec)
     tg = TileGrid.of(problem, spec.tile)
     base = {name: getattr(problem, name) for name in _PROBLEM_ARGS}
-    base.update(asdict(tg), G=problem.groups, has_tile_scale=int(tile_scale))
+    base.update(tg.counts(), G=problem.groups, has_tile_scale=int(tile_scale))
     channels = {RtFilterSpec: problem.Cg, RtOutputSpec: problem.K}.get(type(spec), problem.C)
     lanes = channels // getattr(spec, "vec", 1)  # KF has no channel vector
     geometry, derived = kind.geometry(spec, problem, tg, lanes)

@@ -16,10 +16,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
+import functools
 import operator
 import re
 import string
 import threading
+from collections import Counter
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
@@ -27,7 +29,7 @@ from typing import Any
 
 import simpleeval
 
-from . import config
+from . import axes, config
 from .fused import fused_namespace
 from .geometry import ceil_div, elems_one_image, lds_bytes
 from .problem import Problem
@@ -180,9 +182,11 @@ class Rule:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "scope", coerce(Scope, self.scope, f"rule {self.id}: scope"))
-        where = f"rule {self.id}: targets"
-        targets = tuple(coerce(Target, t, where) for t in self.targets)
-        object.__setattr__(self, "targets", targets)
+        if self.targets:
+            where = f"rule {self.id}: targets"
+            targets = tuple(coerce(Target, t, where) for t in self.targets)
+            object.__setattr__(self, "targets", targets)
+        object.__setattr__(self, "_verdicts", {})  # ``fires``'s, by inputs (not a field)
 
     def applies_to(self, target: Target | None) -> bool:
         """Whether the rule refuses on ``target``; every rule does for None (a spec no rule
@@ -207,8 +211,31 @@ class Rule:
         if missing:
             raise self._error(f"condition uses unknown name(s) {sorted(missing)}")
 
+    @functools.cached_property
+    def _reads(self) -> tuple[str, ...]:
+        """Every name the condition reads (a helper's too: a namespace may shadow it)."""
+        return tuple(sorted({n.id for n in ast.walk(self.code) if isinstance(n, ast.Name)}))
+
     def fires(self, namespace: dict[str, Any]) -> bool:
+        """Whether the condition holds in ``namespace``. The verdict is kept per the values,
+        and their types, of the names the condition reads (``_inputs``): a rule that meets the
+        same inputs again (a spec's launch for another problem, the problem rules of another
+        batch) is looked up, not evaluated; a condition that raises keeps nothing."""
         code = self.code  # a syntax error or a forbidden construct is a ConfigError first
+        key = _inputs(self._reads, namespace)
+        try:
+            verdict = self._verdicts.get(key)
+        except TypeError:  # an unhashable value: evaluated, not kept
+            key = verdict = None
+        if verdict is None:
+            verdict = self._evaluate(code, namespace)
+            if key is not None:
+                if len(self._verdicts) >= KEPT_LIMIT:
+                    self._verdicts.clear()
+                self._verdicts[key] = verdict
+        return verdict
+
+    def _evaluate(self, code: ast.Expression, namespace: dict[str, Any]) -> bool:
         try:
             return bool(evaluate(code, namespace))
         except simpleeval.NameNotDefined as err:
@@ -251,6 +278,18 @@ class Rule:
         except (ValueError, TypeError) as err:
             raise self._error(f"message cannot be formatted: {err}") from None
         return Refused(self.id, text)
+
+
+#: What ``_inputs`` puts for a name the namespace lacks (evaluation either short-circuits past
+#: it, the same way for the same inputs, or raises and keeps nothing).
+_ABSENT = object()
+
+
+def _inputs(names: tuple[str, ...], namespace: dict[str, Any]) -> tuple:
+    """The values of ``names`` in ``namespace`` and their types (1, 1.0 and True are equal
+    keys but not equal inputs: arithmetic refuses a bool, ``is_pow2`` a float)."""
+    values = tuple([namespace.get(name, _ABSENT) for name in names])
+    return values + tuple(map(type, values))
 
 
 @cache
@@ -350,14 +389,20 @@ def book(data: dict, probing: bool = True) -> tuple[dict[str, int], tuple[Rule, 
             targets = tuple(entry.get("targets", ()))  # the schema allows it on spec rules only
             when, message = entry["when"], entry["message"]
             rules.append(Rule(entry["id"], scope, stages, when, message, where, checked, targets))
-    ids = [r.id for r in rules]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    dupes = repeated([r.id for r in rules])
     if dupes:
         raise config.ConfigError(f"{path}: rule ids must be unique; repeated: {dupes}")
     params = dict(data["params"])
     for rule in rules if probing else ():
         probe(rule, params)
     return params, tuple(rules)
+
+
+def repeated(ids: list[str]) -> list[str]:
+    """The ids that occur more than once, sorted (none: one pass, no count per id)."""
+    if len(set(ids)) == len(ids):
+        return []
+    return sorted(i for i, n in Counter(ids).items() if n > 1)
 
 
 #: Names the launch geometry adds for every stage's fit rules (wino.launch.stage_launch).
@@ -393,13 +438,35 @@ def probe(rule: Rule, params: dict[str, Any]) -> None:
 
 
 def rules(scope: Scope | str, stage: str | None = None) -> list[Rule]:
-    scope, (_, book) = coerce(Scope, scope, "scope"), rule_book()
-    return [r for r in book if r.scope is scope and (stage is None or stage in r.stages)]
+    return list(_rules(coerce(Scope, scope, "scope"), stage))
+
+
+#: The rules of each (scope, stage), ``kept``: a check reads them, not the whole book.
+_BY_SCOPE: dict[tuple, tuple[Any, tuple[Rule, ...]]] = {}
+
+
+def _rules(scope: Scope, stage: str | None) -> tuple[Rule, ...]:
+    def make() -> tuple[Rule, ...]:
+        book = rule_book()[1]
+        return tuple(r for r in book if r.scope is scope and (stage is None or stage in r.stages))
+
+    return kept(_BY_SCOPE, (scope, stage), make)
 
 
 # Namespaces ------------------------------------------------------------------------------------
 def spec_namespace(spec: StageSpec) -> dict[str, Any]:
-    return _spec_ns(spec, rule_book()[0])
+    return dict(_kept_spec_ns(spec))
+
+
+#: Spec namespaces by (spec, the declared axes), ``kept``: they depend on no problem, and a
+#: dispatch launches each spec it picks once per batch chunk and problem.
+_SPEC_NS: dict[tuple, tuple[Any, dict]] = {}
+
+
+def _kept_spec_ns(spec: StageSpec) -> dict[str, Any]:
+    """The spec's namespace as kept: read it, never change it."""
+    key = (spec, axes.declared())  # a spec's axis defaults are the declared axes'
+    return kept(_SPEC_NS, key, lambda: _spec_ns(spec, rule_book()[0]))
 
 
 def _spec_ns(spec: StageSpec, params: dict[str, Any]) -> dict[str, Any]:
@@ -443,8 +510,12 @@ _PROBLEM_NS: dict[tuple, tuple[Any, dict]] = {}
 
 
 def problem_namespace(problem: Problem, tile: Tile | None = None) -> dict[str, Any]:
-    ns = kept(_PROBLEM_NS, (problem, tile), lambda: _problem_ns(problem, rule_book()[0], tile))
-    return dict(ns)
+    return dict(_kept_problem_ns(problem, tile))
+
+
+def _kept_problem_ns(problem: Problem, tile: Tile | None) -> dict[str, Any]:
+    """The problem's namespace as kept: read it, never change it."""
+    return kept(_PROBLEM_NS, (problem, tile), lambda: _problem_ns(problem, rule_book()[0], tile))
 
 
 def _problem_ns(problem: Problem, params: dict[str, Any], tile: Tile | None = None) -> dict:
@@ -491,10 +562,10 @@ def spec_refusals(
 ) -> dict[Target | None, Refused | None]:
     """``spec_refusal`` for each of ``targets``, every condition evaluated at most once (the
     grid's expansion asks for every target)."""
-    ns = spec_namespace(spec)
+    ns = _kept_spec_ns(spec)
     out: dict[Target | None, Refused | None] = dict.fromkeys(targets)
     pending = list(targets)
-    for rule in rules(Scope.SPEC, spec.stage.short):
+    for rule in _rules(Scope.SPEC, spec.stage.short):
         hit = [t for t in pending if rule.applies_to(t)]
         if hit and rule.fires(ns):
             refusal = rule.refusal(ns)
@@ -525,8 +596,8 @@ _VERDICTS: dict[tuple, tuple[Any, Refused | None]] = {}
 
 
 def _problem_refusal(problem: Problem, tile: Tile | None) -> Refused | None:
-    ns = problem_namespace(problem, tile)
-    for rule in rules(Scope.PROBLEM):
+    ns = _kept_problem_ns(problem, tile)
+    for rule in _rules(Scope.PROBLEM, None):
         if rule.fires(ns):
             return rule.refusal(ns)
     return None
@@ -534,7 +605,7 @@ def _problem_refusal(problem: Problem, tile: Tile | None) -> Refused | None:
 
 def check_fit(spec: StageSpec, problem: Problem, derived: dict[str, Any]) -> None:
     """Raise Refused for the first fit rule (spec x problem, with the launch's derived sizes)."""
-    ns = {**problem_namespace(problem, spec.tile), **spec_namespace(spec), **derived}
-    for rule in rules(Scope.FIT, spec.stage.short):
+    ns = {**_kept_problem_ns(problem, spec.tile), **_kept_spec_ns(spec), **derived}
+    for rule in _rules(Scope.FIT, spec.stage.short):
         if rule.fires(ns):
             raise rule.refusal(ns)
