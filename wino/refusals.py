@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
-import functools
+import keyword
 import operator
 import re
 import string
@@ -211,20 +211,15 @@ class Rule:
         if missing:
             raise self._error(f"condition uses unknown name(s) {sorted(missing)}")
 
-    @functools.cached_property
-    def _reads(self) -> tuple[str, ...]:
-        """Every name the condition reads (a helper's too: a namespace may shadow it)."""
-        return tuple(sorted({n.id for n in ast.walk(self.code) if isinstance(n, ast.Name)}))
-
     def fires(self, namespace: dict[str, Any]) -> bool:
         """Whether the condition holds in ``namespace``. The verdict is kept per the values,
         and their types, of the names the condition reads (``_inputs``): a rule that meets the
         same inputs again (a spec's launch for another problem, the problem rules of another
         batch) is looked up, not evaluated; a condition that raises keeps nothing."""
         code = self.code  # a syntax error or a forbidden construct is a ConfigError first
-        key = _inputs(self._reads, namespace)
+        key = _inputs(self.when, namespace)
         try:
-            verdict = self._verdicts.get(key)
+            verdict = None if key is None else self._verdicts.get(key)
         except TypeError:  # an unhashable value: evaluated, not kept
             key = verdict = None
         if verdict is None:
@@ -283,13 +278,31 @@ class Rule:
 #: What ``_inputs`` puts for a name the namespace lacks (evaluation either short-circuits past
 #: it, the same way for the same inputs, or raises and keeps nothing).
 _ABSENT = object()
+#: An ASCII identifier, as Python's tokenizer reads one.
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _inputs(names: tuple[str, ...], namespace: dict[str, Any]) -> tuple:
-    """The values of ``names`` in ``namespace`` and their types (1, 1.0 and True are equal
-    keys but not equal inputs: arithmetic refuses a bool, ``is_pow2`` a float)."""
+def _inputs(expression: str, namespace: dict[str, Any]) -> tuple | None:
+    """The values in ``namespace`` of the names a condition may read, and their types (1, 1.0
+    and True are equal keys but not equal inputs: arithmetic refuses a bool, ``is_pow2`` a
+    float); None for a condition with non-ASCII text (not kept)."""
+    names = _words(expression)
+    if names is None:
+        return None
     values = tuple([namespace.get(name, _ABSENT) for name in names])
     return values + tuple(map(type, values))
+
+
+@cache
+def _words(expression: str) -> tuple[str, ...] | None:
+    """The identifiers of a condition's text but Python's keywords: every name it reads (a
+    helper's too: a namespace may shadow one) and the words of its string constants, a
+    superset found without walking its tree. None beyond ASCII, where the parser normalizes
+    identifiers (NFKC) and this could miss one."""
+    if not expression.isascii():
+        return None
+    words = (w for w in _IDENTIFIER.findall(expression) if not keyword.iskeyword(w))
+    return tuple(dict.fromkeys(words))
 
 
 @cache

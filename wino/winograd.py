@@ -114,11 +114,15 @@ def _row_growth(m: int) -> Fraction:
     """max over rows j of rowsum|Bt[j]| * rowsum|G[j]| for F(m, 3), from the points alone
     (the rows of ``matrices``: row j of Bt holds prod_{l != j} (x - a_l), row j of G is
     a_j^k / f_j; the infinity row prod_l (x - a_l) and (0, 0, 1)). One Fraction per row, not
-    the matrices' hundred: a first dispatch pays this (the ``fp16_m_range`` rule)."""
+    the matrices' hundred, made from the row's integers where the points are: a first dispatch
+    pays this (the ``fp16_m_range`` rule)."""
     points = _points(m)
-    rows = []
-    for aj, others, f_j in _point_rows(points):
-        g_sum = Fraction(sum(abs(aj) ** k for k in range(R))) / abs(f_j)
-        rows.append(sum(abs(c) for c in _coefficients(others)) * g_sum)
+    rows = [  # rowsum|Bt[j]| * rowsum|G[j]|, one Fraction made per row (ints stay ints)
+        Fraction(
+            sum(abs(c) for c in _coefficients(others)) * sum(abs(aj) ** k for k in range(R)),
+            abs(f_j),
+        )
+        for aj, others, f_j in _point_rows(points)
+    ]
     rows.append(Fraction(sum(abs(c) for c in _coefficients(points))))
     return max(rows)
