@@ -339,3 +339,24 @@ def test_an_index_stamping_a_declared_file_that_changed_since_is_not_current(
     assert cache.index_current(path)
     monkeypatch.setattr(cache, "INDEX_FORMAT", cache.INDEX_FORMAT + 1)
     assert not cache.index_current(path)
+
+
+def test_a_first_dispatch_reads_the_declared_parts_it_uses(root, validations):
+    """A stamped file's top-level keys are sections of their own: a dispatch reads the default
+    pick order and the problem and fit rules, not the sub-grids or the spec rules, and the
+    rule book makes only the scopes it reads; the whole file, asked for, is its parts."""
+    case = rf.EXTRA[2]
+    plan = dispatch(case.problem, target="c", tile=case.tile, cache_root=root)
+    read = {key for key in plan.manifest.kernels._index._parsed if key.startswith("declared ")}
+    assert {"declared stages default_pick", "declared refusals fit_rules"} <= read
+    assert not read & {"declared stages stages", "declared refusals spec_rules"}
+    _, rules = refusals.rule_book()
+    assert set(rules._made) == {refusals.Scope.PROBLEM, refusals.Scope.FIT}
+    assert validations == []
+    for kind in ("stages", "refusals"):
+        assert config.declared(kind) == config.load_file(config.GRIDS / f"{kind}.yaml", kind)
+    eager = refusals.book(config.declared("refusals"))
+    assert [(r.id, r.scope, r.when, r.message, r.targets) for r in rules] == [
+        (r.id, r.scope, r.when, r.message, r.targets) for r in eager[1]
+    ]
+    assert all(r.checked for r in rules) and not any(r.checked for r in eager[1])

@@ -35,7 +35,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -184,10 +184,11 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
 #: JSON lines: a header line (format, the manifest's sha256 and file state, the schema's
 #: sha256 and file state, the manifest's header fields, the sections' keys and where each one
 #: ends), then one line per section: ``abi <n>`` (the distinct abi records, one per line),
-#: ``declared <kind>`` (the stamped YAML files) and ``kernels <stage> <tile> <io>`` (the
-#: records of one group, by name). A reader keeps the file open and reads (``os.pread``) and
-#: parses the header and only the sections it uses: a dispatch reads a few kernel groups of
-#: the hundred and the abis of the kernels it runs.
+#: ``declared <kind>`` (a stamped YAML file's hashes, file states and top-level keys) with
+#: ``declared <kind> <key>`` (its validated data of one key), and ``kernels <stage> <tile>
+#: <io>`` (the records of one group, by name). A reader keeps the file open and reads
+#: (``os.pread``) and parses the header and only the sections it uses: a dispatch reads a few
+#: kernel groups of the hundred, the abis of the kernels it runs and the declared data it uses.
 INDEX = "manifest.index.jsonl"
 INDEX_FORMAT = 4
 #: A kernel's record in the index: these manifest fields in this order, the abi by its number.
@@ -238,7 +239,10 @@ def runtime_index(
         group = groups.setdefault(group_key(fields["stage"], fields["spec"]), {})
         group[name] = [record.get(key) for key in INDEX_FIELDS]
     sections: dict[str, Any] = {f"abi {number}": abi for number, abi in enumerate(abis)}
-    sections.update({f"declared {kind}": _declared_stamp(kind) for kind in STAMPED})
+    for kind in STAMPED:
+        stamp, data = _declared_stamp(kind)
+        sections[f"declared {kind}"] = stamp
+        sections.update({f"declared {kind} {key}": value for key, value in data.items()})
     sections.update(groups)
     lines, ends, at = [], [], 0
     for value in sections.values():
@@ -259,9 +263,9 @@ def runtime_index(
     return json.dumps(header, sort_keys=True, separators=(",", ":")) + "\n" + "".join(lines)
 
 
-def _declared_stamp(kind: str) -> dict[str, Any]:
-    """grids/<kind>.yaml's content hash and settled file state, and its data, validated now
-    (the rule book probed), with its schema's."""
+def _declared_stamp(kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """grids/<kind>.yaml's stamp (its content hash and settled file state, its schema's, the
+    data's top-level keys) and its data, validated now (the rule book probed)."""
     from .refusals import book
 
     path = config.GRIDS / f"{kind}.yaml"
@@ -273,7 +277,8 @@ def _declared_stamp(kind: str) -> dict[str, Any]:
         from .algorithms import from_data
 
         from_data(data, path)  # likewise the crossover rules
-    return {"sha256": _sha256(raw), "state": state, **_schema_stamp(kind), "data": data}
+    stamp = {"sha256": _sha256(raw), "state": state, **_schema_stamp(kind), "keys": list(data)}
+    return stamp, data
 
 
 def _schema_stamp(kind: str) -> dict[str, Any]:
@@ -311,9 +316,9 @@ class Index:
                 return None
             begin, end = where
             data = os.pread(self._fd, end - begin, self._start + begin)
-            try:
-                self._parsed[key] = json.loads(data)
-            except ValueError:
+            try:  # decoded here: json.loads would detect the encoding of bytes first
+                self._parsed[key] = json.loads(data.decode("utf-8"))
+            except ValueError:  # not JSON (or not UTF-8)
                 raise CacheError(
                     f"{self._path}: section {key!r} is not what its header says (the file "
                     "was written in place after it was opened); rebuild it: `doit manifest`"
@@ -741,9 +746,10 @@ def _indexed(path: Path, index: Index, source: CacheSource | None) -> Manifest:
             config.Stamp(
                 stamp["sha256"],
                 stamp["schema_sha256"],
-                stamp["data"],
-                stamp.get("state"),
-                stamp.get("schema_state"),
+                tuple(stamp["keys"]),
+                partial(_declared_part, index, kind),
+                stamp["state"],
+                stamp["schema_state"],
             ),
         )
     kernels = IndexedKernels(path, header["target"], index)
@@ -755,6 +761,11 @@ def _indexed(path: Path, index: Index, source: CacheSource | None) -> Manifest:
         kernels,
         source,
     )
+
+
+def _declared_part(index: Index, kind: str, key: str) -> Any:
+    """The stamped data of one top-level key of grids/<kind>.yaml (a config.Stamp's part)."""
+    return index.section(f"declared {kind} {key}")
 
 
 def _check_folder(path: Path, data: dict[str, Any]) -> None:

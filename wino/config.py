@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -156,11 +157,15 @@ def schema_holds(kind: str, sha256: str | None, state: list[int] | None = None) 
 class Stamp:
     """A build's validation stamp of grids/<kind>.yaml, as a cache's runtime index carries it:
     the sha256 of the file's content and of its schema's, the settled file states they were
-    read in (``read_settled``; None: the file is hashed to tell), and the validated data."""
+    read in (``read_settled``; None: the file is hashed to tell), the validated data's
+    top-level keys, and ``part``, which reads the data of one of them (on first use: a
+    dispatch reads the default pick order and the problem and fit rules, not the sub-grids or
+    the spec rules)."""
 
     sha256: str
     schema_sha256: str
-    data: Any
+    keys: tuple[str, ...]
+    part: Callable[[str], Any]
     state: list[int] | None = None
     schema_state: list[int] | None = None
 
@@ -185,26 +190,65 @@ def stamped(kind: str) -> bool:
     return kind in _FROM_STAMP
 
 
-@cache
 def declared(kind: str) -> Any:
     """grids/<kind>.yaml, loaded and validated (cached: the declared files are read once). When
     a cache's index stamped this exact content (file and schema sha256) as validated by the
     build, its data is taken without parsing or validating the YAML again; any other content
     is validated here. The file and its schema are read and hashed only when they are not in
     the states the stamp recorded (a checkout built here: a few stat calls)."""
+    return _reading(kind).data()
+
+
+def declared_part(kind: str, key: str) -> Any:
+    """``declared(kind).get(key)``, of a stamp read that part alone."""
+    return _reading(kind).part(key)
+
+
+class _Reading:
+    """How this process reads grids/<kind>.yaml, decided once: a stamp that holds (each part
+    read on first use), else the file, parsed and validated."""
+
+    def __init__(self, kind: str):
+        self._kind, self._stamp = kind, _holding_stamp(kind)
+        self._data: Any = None
+        if self._stamp is None:
+            _FROM_STAMP.discard(kind)  # this content was not stamped: its rules are probed again
+        else:
+            _FROM_STAMP.add(kind)
+
+    def data(self) -> Any:
+        if self._data is None:
+            if self._stamp is None:
+                path = GRIDS / f"{self._kind}.yaml"
+                text = path.read_bytes().decode("utf-8")
+                self._data = validate(load_yaml_text(text, str(path)), self._kind, str(path))
+            else:
+                self._data = {key: self._stamp.part(key) for key in self._stamp.keys}
+        return self._data
+
+    def part(self, key: str) -> Any:
+        if self._stamp is None:
+            return self.data().get(key)
+        return self._stamp.part(key) if key in self._stamp.keys else None
+
+
+@cache
+def _reading(kind: str) -> _Reading:
+    return _Reading(kind)
+
+
+#: ``declared.cache_clear()`` forgets how each declared file was read: the next use decides
+#: again, from the stamps offered by then (as a ``functools.cache`` would).
+declared.cache_clear = _reading.cache_clear  # type: ignore[attr-defined]
+
+
+def _holding_stamp(kind: str) -> Stamp | None:
+    """The stamp offered for grids/<kind>.yaml when the file and its schema have the content
+    it names (by their recorded states, else their hashes), else None."""
+    hit = _STAMPED.get(kind)
+    if hit is None or not schema_holds(kind, hit.schema_sha256, hit.schema_state):
+        return None
     path = GRIDS / f"{kind}.yaml"
-    hit, raw = _STAMPED.get(kind), None
-    if hit is not None and schema_holds(kind, hit.schema_sha256, hit.schema_state):
-        if unchanged(path, hit.state):
-            return _taken(kind, hit)
-        raw = path.read_bytes()
-        if hashlib.sha256(raw).hexdigest() == hit.sha256:
-            return _taken(kind, hit)
-    _FROM_STAMP.discard(kind)  # this content was not stamped: its rules are probed again
-    raw = path.read_bytes() if raw is None else raw
-    return validate(load_yaml_text(raw.decode("utf-8"), str(path)), kind, str(path))
-
-
-def _taken(kind: str, hit: Stamp) -> Any:
-    _FROM_STAMP.add(kind)
-    return hit.data
+    if unchanged(path, hit.state) or hashlib.sha256(path.read_bytes()).hexdigest() == hit.sha256:
+        return hit
+    return None

@@ -36,7 +36,7 @@ def default_xdtype(dtype: DType, target: Target | None = None) -> DType:
     for its fp32-only BLAS), else fp32 for fp32 and fp16 for 16-bit inputs (bf16 too: about 8x
     more accurate than bf16 storage, made safe by the prescale)."""
     if target is not None:
-        declared = config.declared("targets")["targets"].get(target.value, {})
+        declared = config.declared_part("targets", "targets").get(target.value, {})
         value = declared.get("xdtype", {}).get(dtype.short)
         if value is not None:
             return DType.parse(value)
@@ -48,11 +48,11 @@ def declared_order(stage: Stage, target: Target | None = None) -> list[dict]:
     grids/targets.yaml declares one for the stage (``default_pick`` under the target), else
     grids/stages.yaml's ``default_pick`` (also for ``target`` None)."""
     if target is not None:
-        declared = config.declared("targets")["targets"].get(target.value, {})
+        declared = config.declared_part("targets", "targets").get(target.value, {})
         own = declared.get("default_pick", {}).get(stage.short)
         if own is not None:
             return own
-    return config.declared("stages")["default_pick"][stage.short]
+    return config.declared_part("stages", "default_pick")[stage.short]
 
 
 class _NoFit(Exception):

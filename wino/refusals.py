@@ -22,8 +22,9 @@ import re
 import string
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache, lru_cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -382,33 +383,73 @@ def _rule_lines(path: Path) -> dict[str, int]:
 
 
 @lru_cache(maxsize=1)
-def rule_book() -> tuple[dict[str, int], tuple[Rule, ...]]:
+def rule_book() -> tuple[dict[str, int], Rules]:
     """The params and rules of grids/refusals.yaml, every rule checked against probe
     namespaces (so a bad rule fails here, with its id and file:line, not at dispatch). Content
-    a build stamped as validated (wino.config.stamped: the build probed it) is not probed
-    again."""
-    return book(config.declared("refusals"), probing=not config.stamped("refusals"))
+    a build stamped as validated (wino.config.stamped: the build probed it, and found its ids
+    unique) is not probed again, and its rules of a scope are made when first read (a dispatch
+    reads the problem and fit rules, not the spec rules)."""
+    params = config.declared_part("refusals", "params")  # decides how the file is read
+    if not config.stamped("refusals"):
+        return book(config.declared("refusals"))
+    return dict(params), Rules(partial(_stamped_entries, config.GRIDS / "refusals.yaml"))
 
 
-def book(data: dict, probing: bool = True) -> tuple[dict[str, int], tuple[Rule, ...]]:
-    """The params and rules of the validated refusals data (probed unless told not to)."""
+def _stamped_entries(path: Path, scope: Scope) -> tuple[Path, list[dict], bool]:
+    """(file, entries, checked) of a stamped rule book's rules of ``scope`` (``Rules``'s)."""
+    return path, config.declared_part("refusals", f"{scope.value}_rules"), True
+
+
+def book(data: dict) -> tuple[dict[str, int], Rules]:
+    """The params and rules of the validated refusals data, every rule probed."""
     path = config.GRIDS / "refusals.yaml"
-    rules = []
-    for scope in Scope:
-        for entry in data[f"{scope.value}_rules"]:
-            stages = tuple(entry.get("stages", ()))
-            where = RuleSite(path, entry["id"])
-            checked = not probing  # a stamped rule book: compiled and probed at build time
-            targets = tuple(entry.get("targets", ()))  # the schema allows it on spec rules only
-            when, message = entry["when"], entry["message"]
-            rules.append(Rule(entry["id"], scope, stages, when, message, where, checked, targets))
+    rules = Rules(lambda scope: (path, data[f"{scope.value}_rules"], False))
     dupes = repeated([r.id for r in rules])
     if dupes:
         raise config.ConfigError(f"{path}: rule ids must be unique; repeated: {dupes}")
     params = dict(data["params"])
-    for rule in rules if probing else ():
+    for rule in rules:
         probe(rule, params)
-    return params, tuple(rules)
+    return params, rules
+
+
+class Rules(Sequence):
+    """A rule book's rules in the file's order (its spec, problem and fit rules). ``entries(
+    scope)`` gives (the file, the entries of a scope's rules, whether they were checked: a
+    stamped book's, compiled and probed at build time); a scope's rules are made from them
+    when first read."""
+
+    def __init__(self, entries: Callable[[Scope], tuple[Path, list[dict], bool]]):
+        self._entries = entries
+        self._made: dict[Scope, tuple[Rule, ...]] = {}
+
+    def of(self, scope: Scope) -> tuple[Rule, ...]:
+        """The rules of one scope, in the file's order."""
+        made = self._made.get(scope)
+        if made is None:
+            path, entries, checked = self._entries(scope)
+            made = self._made[scope] = tuple(_rule(e, scope, path, checked) for e in entries)
+        return made
+
+    def _every(self) -> tuple[Rule, ...]:
+        return tuple(rule for scope in Scope for rule in self.of(scope))
+
+    def __iter__(self) -> Iterator[Rule]:
+        return iter(self._every())
+
+    def __len__(self) -> int:
+        return len(self._every())
+
+    def __getitem__(self, index):
+        return self._every()[index]
+
+
+def _rule(entry: dict, scope: Scope, path: Path, checked: bool) -> Rule:
+    """The rule of one entry of the file (the schema allows ``targets`` on spec rules only)."""
+    rule_id, targets = entry["id"], tuple(entry.get("targets", ()))
+    where = RuleSite(path, rule_id)
+    stages = tuple(entry.get("stages", ()))
+    return Rule(rule_id, scope, stages, entry["when"], entry["message"], where, checked, targets)
 
 
 def repeated(ids: list[str]) -> list[str]:
@@ -460,8 +501,8 @@ _BY_SCOPE: dict[tuple, tuple[Any, tuple[Rule, ...]]] = {}
 
 def _rules(scope: Scope, stage: str | None) -> tuple[Rule, ...]:
     def make() -> tuple[Rule, ...]:
-        book = rule_book()[1]
-        return tuple(r for r in book if r.scope is scope and (stage is None or stage in r.stages))
+        of_scope = rule_book()[1].of(scope)
+        return tuple(r for r in of_scope if stage is None or stage in r.stages)
 
     return kept(_BY_SCOPE, (scope, stage), make)
 
