@@ -717,3 +717,24 @@ def test_kept_namespaces_and_rules_are_made_again_for_a_reloaded_rule_book(
     axis = axes.Axis("out_scale", ("k1",), int, "int", "os{}", 1)
     monkeypatch.setattr(axes, "declared", lambda: (axis,))
     assert "out_scale" not in kept and spec_namespace(spec)["out_scale"] == 1
+
+
+def test_tile_scale_is_kept_apart_only_where_it_can_change_the_launch(
+    monkeypatch, tmp_path, restore_book
+):
+    """K1 and K2 launch alike with and without tile scales (no kernarg or fit rule of theirs
+    reads it): one Launch serves the pick's and the steps'. K4 passes has_tile_scale, and a
+    fit rule that reads tile_scale parts them too (once the rule book is reloaded)."""
+    from wino.pick import default_stage_specs
+    from wino.vocab import Stage
+
+    problem = Problem(N=1, C=64, H=8, W=8, K=64, pad_h=1, pad_w=1)
+    specs = default_stage_specs(problem, Tile(4, 4))
+    k1, k2, k4 = specs[Stage.FILTER], specs[Stage.INPUT], specs[Stage.OUTPUT]
+    for spec in (k1, k2):
+        assert stage_launch(spec, problem, tile_scale=False) is stage_launch(spec, problem)
+    scaled, plain = stage_launch(k4, problem), stage_launch(k4, problem, tile_scale=False)
+    assert (scaled.kernargs["has_tile_scale"], plain.kernargs["has_tile_scale"]) == (1, 0)
+    entry = '  - id: planted\n    stages: [k2]\n    when: "tile_scale < 0"\n'
+    _book_with(monkeypatch, tmp_path, "fit", entry + '    message: "a message long enough"\n')
+    assert stage_launch(k2, problem, tile_scale=False) is not stage_launch(k2, problem)

@@ -59,12 +59,13 @@ class _NoFit(Exception):
     """None of a Ranking's specs of a stage fits the problem."""
 
 
-def _rank(order: list[dict], values: dict) -> tuple | None:
-    """The sort key of a spec's plain values under ``order``; None when an axis excludes it."""
+def _rank(order: list[dict], values: dict, defaults: dict) -> tuple | None:
+    """The sort key of a spec's plain values under ``order`` (a declared axis a spec leaves
+    out has its default); None when an axis excludes it."""
     key = []
     for axis in order:
         ((name, how),) = axis.items()
-        value = values[name]
+        value = values[name] if name in values else defaults[name]
         if isinstance(how, str):
             key.append(_DIRECTIONS[how] * value)
         elif value in how:
@@ -109,7 +110,7 @@ def _ranked_entries(entries, stage, tile, io, xdtype, epilogue, target) -> list:
         accdtype = values.get("accdtype", fp32)
         if accdtype != fp32 and not m_storable(DType(accdtype), xdtype):
             continue  # fp16 M only after fp16 V: fp32 storage (the c target's) keeps fp32 M
-        key = _rank(order, {**defaults, **values})  # axis defaults too
+        key = _rank(order, values, defaults)
         if key is not None:
             ranked.append((key, item))
     ranked.sort(key=lambda pair: pair[0])  # stable
@@ -263,13 +264,20 @@ def default_stage_specs(
     else:
         xdtype = coerce(DType, xdtype, "xdtype")
     epilogue = coerce(Epilogue, epilogue, "epilogue")
-    probe = replace(problem, N=1, dtype=dtype)
+    probe = _probe(problem, dtype)
     if ranking is None:
         return _pick(tile, dtype, xdtype, probe, candidates, epilogue, target)
     try:
         return _pick(tile, dtype, xdtype, probe, ranking.candidates, epilogue, target)
     except _NoFit:
         return _pick(tile, dtype, xdtype, probe, candidates, epilogue, target)
+
+
+def _probe(problem: Problem, dtype: DType) -> Problem:
+    """The one-image problem of ``dtype`` the pick fits specs to: the problem itself when it
+    is that (no copy made and checked again)."""
+    one = problem.with_batch(1)
+    return one if one.dtype is dtype else replace(one, dtype=dtype)
 
 
 def _pick(
@@ -305,7 +313,7 @@ def output_with_epilogue(
     ``target``'s declared order; Refused (``epilogue_not_in_grid``) when the grid has none."""
     k4 = specs[Stage.OUTPUT]
     wanted = k4.replace(epilogue=epilogue)
-    probe, fp32 = replace(problem, N=1), DType.FP32  # K4 has no xdtype: any passes
+    probe, fp32 = problem.with_batch(1), DType.FP32  # K4 has no xdtype: any passes
     for among in ([ranking.candidates] if ranking else []) + [candidates]:
         try:
             if wanted not in among(Stage.OUTPUT, k4.tile, k4.io, fp32, epilogue, target):
@@ -352,7 +360,7 @@ def default_fused_specs(
             f"{', '.join(tiles) or 'none'}. Pass one of those tiles, algorithm='unfused', or "
             "add a kf sub-grid to grids/stages.yaml and rebuild",
         )
-    probe = replace(problem, N=1, dtype=dtype)
+    probe = _probe(problem, dtype)
 
     def first(stage: Stage, epilogue: Epilogue = Epilogue.NONE) -> StageSpec:
         return _first_fit(stage, tile, dtype, mdtype, probe, candidates, epilogue, target=target)

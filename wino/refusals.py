@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache, partial
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -290,7 +291,7 @@ def _inputs(expression: str, namespace: dict[str, Any]) -> tuple | None:
     names = _words(expression)
     if names is None:
         return None
-    values = tuple([namespace.get(name, _ABSENT) for name in names])
+    values = tuple(map(namespace.get, names, repeat(_ABSENT)))
     return values + tuple(map(type, values))
 
 
@@ -505,6 +506,16 @@ def _rules(scope: Scope, stage: str | None) -> tuple[Rule, ...]:
         return tuple(r for r in of_scope if stage is None or stage in r.stages)
 
     return kept(_BY_SCOPE, (scope, stage), make)
+
+
+def may_read(scope: Scope, stage: str | None, name: str) -> bool:
+    """Whether a rule of ``scope`` (and ``stage``) may read ``name``: its condition's text
+    names it (or is not ASCII: ``_words`` cannot tell)."""
+    for rule in _rules(scope, stage):
+        words = _words(rule.when)
+        if words is None or name in words:
+            return True
+    return False
 
 
 # Namespaces ------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from functools import lru_cache
 from pathlib import Path
 
 from .. import cache, config
@@ -29,9 +30,11 @@ def problem_key(problem: Problem) -> str:
 _LOADED: dict[Path, tuple[tuple[int, int, int] | None, dict]] = {}
 
 
+@lru_cache(maxsize=64)
 def beside(manifest_path: Path) -> Path:
     """The tuning DB of the target folder holding ``manifest_path`` (<target>/<flavor>/): the
-    DB ``dispatch`` follows is the one beside the cache it found on the search path."""
+    DB ``dispatch`` follows is the one beside the cache it found on the search path (kept per
+    path: a dispatch asks for it each call)."""
     return Path(manifest_path).parent.parent / TUNING
 
 
