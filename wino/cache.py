@@ -456,13 +456,15 @@ class IndexedKernels(Mapping):
 
     def records_of(self, stage, tile, io, xdtype=None, epilogue=None) -> list[tuple[str, dict]]:
         """``Manifest.records_of`` on the index: the group's records, no spec made."""
-        wanted = {"xdtype": xdtype, "epilogue": epilogue}
-        wanted = {field: value.value for field, value in wanted.items() if value is not None}
         group = self._group(group_key(stage.short, {"tile": tile.name, "io": io.value}))
+        x = None if xdtype is None else xdtype.value
+        e = None if epilogue is None else epilogue.value
+        specs = ((name, record[1]) for name, record in group.items())  # (stage, spec, ...)
         return [
             (name, fields)
-            for name, (_, fields, *_) in group.items()
-            if all(fields.get(field, value) == value for field, value in wanted.items())
+            for name, fields in specs
+            if (x is None or fields.get("xdtype", x) == x)
+            and (e is None or fields.get("epilogue", e) == e)
         ]
 
     def spec(self, name: str) -> StageSpec:
@@ -889,7 +891,7 @@ def manifest_location(
     recently published one. A few stat calls; raises FileNotFoundError naming every place."""
     looked = []
     for folder in _places(root):  # a folder reached twice holds the target neither time
-        base = folder.path / "cache" / f"v{FORMAT}" / target.value
+        base = folder.path.joinpath("cache", f"v{FORMAT}", target.value)
         try:
             path, key = manifest_state_in(base, flavor)
         except FileNotFoundError:

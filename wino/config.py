@@ -142,7 +142,7 @@ def read_settled(path: Path) -> tuple[bytes, list[int] | None]:
     return data, after if settled else None
 
 
-def unchanged(path: Path, state: list[int] | None) -> bool:
+def unchanged(path: Path | str, state: list[int] | None) -> bool:
     """Whether the file at ``path`` is in the settled ``state`` recorded with its content."""
     return state is not None and file_state(path) == state
 
@@ -150,7 +150,8 @@ def unchanged(path: Path, state: list[int] | None) -> bool:
 def schema_holds(kind: str, sha256: str | None, state: list[int] | None = None) -> bool:
     """Whether schema/<kind>.schema.json has the content hashing to ``sha256``: by its file
     state when that is the ``state`` recorded with the hash, else by its hash."""
-    return unchanged(SCHEMAS / f"{kind}.schema.json", state) or sha256 == schema_sha256(kind)
+    path = os.path.join(SCHEMAS, f"{kind}.schema.json")  # a str: stat'ed only
+    return unchanged(path, state) or sha256 == schema_sha256(kind)
 
 
 @dataclass(frozen=True)
@@ -248,7 +249,7 @@ def _holding_stamp(kind: str) -> Stamp | None:
     hit = _STAMPED.get(kind)
     if hit is None or not schema_holds(kind, hit.schema_sha256, hit.schema_state):
         return None
-    path = GRIDS / f"{kind}.yaml"
-    if unchanged(path, hit.state) or hashlib.sha256(path.read_bytes()).hexdigest() == hit.sha256:
+    path = os.path.join(GRIDS, f"{kind}.yaml")  # a str: stat'ed, and read only when changed
+    if unchanged(path, hit.state):
         return hit
-    return None
+    return hit if hashlib.sha256(Path(path).read_bytes()).hexdigest() == hit.sha256 else None

@@ -59,12 +59,11 @@ class _NoFit(Exception):
     """None of a Ranking's specs of a stage fits the problem."""
 
 
-def _rank(order: list[dict], values: dict, defaults: dict) -> tuple | None:
-    """The sort key of a spec's plain values under ``order`` (a declared axis a spec leaves
-    out has its default); None when an axis excludes it."""
+def _rank(order: list[tuple[str, str | list]], values: dict, defaults: dict) -> tuple | None:
+    """The sort key of a spec's plain values under ``order``, (axis, how) pairs (a declared
+    axis a spec leaves out has its default); None when an axis excludes it."""
     key = []
-    for axis in order:
-        ((name, how),) = axis.items()
+    for name, how in order:
         value = values[name] if name in values else defaults[name]
         if isinstance(how, str):
             key.append(_DIRECTIONS[how] * value)
@@ -95,7 +94,10 @@ def _ranked_entries(entries, stage, tile, io, xdtype, epilogue, target) -> list:
     """The items of ``entries`` ((plain field values, item) pairs of one stage: a spec's
     ``fields_dict`` or a manifest record's spec fields, which are the same) that the declared
     order admits for the tile and dtypes, best first; ties keep the order of ``entries``."""
-    order = declared_order(stage, target)
+    order = []
+    for axis in declared_order(stage, target):
+        ((name, how),) = axis.items()  # one axis per entry
+        order.append((name, how))
     defaults = {name: axis.default for name, axis in axes.of_stage(stage.short).items()}
     tile_name, io_value, x_value, e_value = tile.name, io.value, xdtype.value, epilogue.value
     fp32 = DType.FP32.value

@@ -16,7 +16,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
-import keyword
 import operator
 import re
 import string
@@ -297,14 +296,11 @@ def _inputs(expression: str, namespace: dict[str, Any]) -> tuple | None:
 
 @cache
 def _words(expression: str) -> tuple[str, ...] | None:
-    """The identifiers of a condition's text but Python's keywords: every name it reads (a
-    helper's too: a namespace may shadow one) and the words of its string constants, a
+    """The identifiers of a condition's text, in order: every name it reads (a helper's too: a
+    namespace may shadow one) and some it cannot (keywords, the words of string constants), a
     superset found without walking its tree. None beyond ASCII, where the parser normalizes
     identifiers (NFKC) and this could miss one."""
-    if not expression.isascii():
-        return None
-    words = (w for w in _IDENTIFIER.findall(expression) if not keyword.iskeyword(w))
-    return tuple(dict.fromkeys(words))
+    return tuple(_IDENTIFIER.findall(expression)) if expression.isascii() else None
 
 
 @cache
