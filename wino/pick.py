@@ -165,7 +165,8 @@ class Ranking:
         target: Target | None = None,
     ) -> Sequence[StageSpec]:
         key = (stage, tile, io, xdtype, epilogue, target)
-        if key not in self._memo:
+        ranked = self._memo.get(key)  # one lookup: the key's hash is not kept
+        if ranked is None:
             if self._records is None:
                 ranked = _ranked(self._specs, stage, tile, io, xdtype, epilogue, target)
             else:
@@ -174,7 +175,7 @@ class Ranking:
                 names = _ranked_entries(entries, stage, tile, io, xdtype, epilogue, target)
                 ranked = _MadeOnUse(tuple(names), self._make)
             self._memo[key] = ranked
-        return self._memo[key]
+        return ranked
 
 
 class _MadeOnUse(Sequence):

@@ -182,7 +182,8 @@ class Rule:
     targets: tuple[Target, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "scope", coerce(Scope, self.scope, f"rule {self.id}: scope"))
+        if not isinstance(self.scope, Scope):  # its YAML string (a book's rules have members)
+            object.__setattr__(self, "scope", coerce(Scope, self.scope, f"rule {self.id}: scope"))
         if self.targets:
             where = f"rule {self.id}: targets"
             targets = tuple(coerce(Target, t, where) for t in self.targets)
