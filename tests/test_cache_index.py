@@ -177,10 +177,68 @@ def test_a_manifest_republished_by_hand_is_validated(root, validations):
     assert validations == ["manifest"]
 
 
-def test_an_index_of_another_schema_is_not_used(root, validations, monkeypatch):
-    monkeypatch.setattr(config, "schema_sha256", lambda kind: "0" * 64)
-    assert isinstance(cache.parse_manifest(_manifest(root)).kernels, dict)
+def test_an_index_of_another_schema_is_not_used(root, validations, monkeypatch, tmp_path):
+    """An edited schema (a copy of the folder: other file states, so it is hashed) does not
+    hash as the index's did: the manifest is validated."""
+    schemas = tmp_path / "schema"
+    shutil.copytree(config.SCHEMAS, schemas)
+    with open(schemas / "manifest.schema.json", "a", encoding="utf-8") as handle:
+        handle.write("\n")
+    monkeypatch.setattr(config, "SCHEMAS", schemas)
+    config.schema_sha256.cache_clear()
+    try:
+        assert isinstance(cache.parse_manifest(_manifest(root)).kernels, dict)
+    finally:
+        config.schema_sha256.cache_clear()
     assert validations == ["manifest"]
+
+
+def test_a_declared_file_in_its_stamped_state_is_not_read(root, validations, monkeypatch, tmp_path):
+    """The build records each declared file's settled state with its hash: a reader that
+    finds the file in that state takes the stamp without reading it. A same-size edit in
+    place with the mtime put back still moved its ctime: the file is read and hashed, and
+    its new content validated."""
+    grids = tmp_path / "grids"
+    shutil.copytree(config.GRIDS, grids)
+    monkeypatch.setattr(config, "GRIDS", grids)
+    monkeypatch.setattr(config, "SETTLED_NS", 0)  # the copy was just made
+    path = _manifest(root)
+    cache.write_manifest(path.parent, json.loads(path.read_text()))  # stamps these grids
+    stages = grids / "stages.yaml"
+    read = []
+    real = config.Path.read_bytes
+    monkeypatch.setattr(config.Path, "read_bytes", lambda p: read.append(p) or real(p))
+    _fresh()
+    validations.clear()
+    cache.parse_manifest(path)
+    assert config.stamped("stages") is False  # not asked yet
+    config.declared("stages")
+    assert config.stamped("stages") and stages not in read and validations == []
+    before = os.stat(stages)
+    raw = stages.read_bytes()
+    at = raw.index(b"#") + 1
+    time.sleep(0.05)  # past the file system's timestamp granularity
+    with open(stages, "r+b") as handle:
+        handle.seek(at)
+        handle.write(b"?" if raw[at : at + 1] != b"?" else b"!")
+    os.utime(stages, ns=(before.st_atime_ns, before.st_mtime_ns))
+    _fresh()
+    cache.parse_manifest(path)
+    config.declared("stages")
+    assert not config.stamped("stages") and stages in read and validations == ["stages"]
+
+
+def test_a_file_changed_lately_has_no_settled_state(tmp_path, monkeypatch):
+    """A state is recorded with a file's content only when its last change is SETTLED_NS or
+    more before (a write within the same timestamp tick could leave the state as it was)."""
+    path = tmp_path / "f.yaml"
+    path.write_text("a: 1\n")
+    assert config.read_settled(path) == (b"a: 1\n", None)
+    monkeypatch.setattr(config, "SETTLED_NS", 0)
+    data, state = config.read_settled(path)
+    assert state == config.file_state(path) and config.unchanged(path, state)
+    path.write_text("a: 2\n")
+    assert not config.unchanged(path, state) and not config.unchanged(path, None)
 
 
 @pytest.mark.parametrize("edit, stamped", [("", True), ("\n# an edit\n", False)])
@@ -281,3 +339,24 @@ def test_an_index_stamping_a_declared_file_that_changed_since_is_not_current(
     assert cache.index_current(path)
     monkeypatch.setattr(cache, "INDEX_FORMAT", cache.INDEX_FORMAT + 1)
     assert not cache.index_current(path)
+
+
+def test_a_first_dispatch_reads_the_declared_parts_it_uses(root, validations):
+    """A stamped file's top-level keys are sections of their own: a dispatch reads the default
+    pick order and the problem and fit rules, not the sub-grids or the spec rules, and the
+    rule book makes only the scopes it reads; the whole file, asked for, is its parts."""
+    case = rf.EXTRA[2]
+    plan = dispatch(case.problem, target="c", tile=case.tile, cache_root=root)
+    read = {key for key in plan.manifest.kernels._index._parsed if key.startswith("declared ")}
+    assert {"declared stages default_pick", "declared refusals fit_rules"} <= read
+    assert not read & {"declared stages stages", "declared refusals spec_rules"}
+    _, rules = refusals.rule_book()
+    assert set(rules._made) == {refusals.Scope.PROBLEM, refusals.Scope.FIT}
+    assert validations == []
+    for kind in ("stages", "refusals"):
+        assert config.declared(kind) == config.load_file(config.GRIDS / f"{kind}.yaml", kind)
+    eager = refusals.book(config.declared("refusals"))
+    assert [(r.id, r.scope, r.when, r.message, r.targets) for r in rules] == [
+        (r.id, r.scope, r.when, r.message, r.targets) for r in eager[1]
+    ]
+    assert all(r.checked for r in rules) and not any(r.checked for r in eager[1])

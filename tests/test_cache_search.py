@@ -103,3 +103,17 @@ def test_missing_everywhere_names_every_place_and_the_fix(places):
     for folder in places:
         assert str(folder / "cache" / f"v{FORMAT}" / "cuda") in text
     assert "doit compile:cuda" in text and "wheel" in text
+
+
+def test_a_folder_reached_twice_is_named_once(places, monkeypatch):
+    """./build is the checkout's: the search path lists it once, a miss names it once, and a
+    hit there is found as ./build (the first place it is reached)."""
+    cwd, _, packaged = places
+    monkeypatch.setattr(config, "ROOT", cwd.parent)
+    assert [f.source for f in cache.search_path()] == [CacheSource.CWD, CacheSource.PACKAGED]
+    with pytest.raises(FileNotFoundError) as error:
+        cache.find_manifest(Target.C)
+    assert str(error.value).count(str(cwd / "cache")) == 1
+    assert str(packaged / "cache") in str(error.value)
+    _publish(cwd, Target.C, "cwd-c")
+    assert cache.find_manifest(Target.C).source is CacheSource.CWD

@@ -25,7 +25,7 @@ from wino.runtime import conv2d_reference, dispatch, relative_error
 from wino.runtime.verify import bound_for
 from wino.specs import RtOutputSpec
 from wino.vocab import TILES, DType, Prescale, Stage, Target, Tile
-from wino.winograd import m_growth, matrices
+from wino.winograd import POINTS, ROW_GROWTH, m_growth, matrices
 
 FP16_MAX = 65504
 
@@ -64,6 +64,9 @@ def test_m_growth_is_attained_by_aligned_signs_and_never_exceeded(m):
 def test_m_growth_values():
     assert m_growth(2, 2) == 9 and m_growth(4, 4) == 100
     assert m_growth(6, 6) == Fraction(3136, 9) and m_growth(6, 4) == Fraction(560, 3)
+    assert set(ROW_GROWTH) == set(POINTS)  # the test above derives each from the matrices
+    with pytest.raises(ValueError, match="no interpolation points"):
+        m_growth(4, 8)
 
 
 def _limit(tile: Tile) -> int:

@@ -660,3 +660,13 @@ def test_a_launch_that_fits_is_kept_per_spec_problem_and_rule_book():
     for _ in range(2):
         with pytest.raises(Refused):
             stage_launch(wide, odd)
+
+
+def test_a_tile_grids_counts_are_its_fields():
+    """``TileGrid.counts`` (what a launch's kernargs read) is ``dataclasses.asdict``'s view."""
+    from dataclasses import asdict
+
+    problem = Problem(N=3, C=8, H=13, W=9, K=8, pad_h=1, pad_w=1, dil_h=2)
+    for tile in TILES:
+        tg = TileGrid.of(problem, tile)
+        assert tg.counts() == asdict(tg)

@@ -17,17 +17,26 @@ PROBLEM = Problem(N=1, C=64, H=14, W=14, K=64, pad_h=1, pad_w=1, dtype="fp16")
 GPU = Target.CUDA  # fp16 storage for fp16 inputs: the prescale modes are in play
 
 
+def _declare(monkeypatch, patched: str, data: dict) -> None:
+    """Make ``data`` grids/<patched>.yaml's, whole and by part (the pick reads its order
+    alone: wino.config.declared_part)."""
+    real, real_part = config.declared, config.declared_part
+    monkeypatch.setattr(config, "declared", lambda kind: data if kind == patched else real(kind))
+    monkeypatch.setattr(
+        config,
+        "declared_part",
+        lambda kind, key: data.get(key) if kind == patched else real_part(kind, key),
+    )
+
+
 @pytest.fixture
 def declared_order(monkeypatch):
     """Replace the declared default_pick of one stage (a deep copy of grids/stages.yaml)."""
     data = copy.deepcopy(config.declared("stages"))
-    real = config.declared
 
     def patched(stage: str, order: list[dict]) -> None:
         data["default_pick"][stage] = order
-        monkeypatch.setattr(
-            config, "declared", lambda kind: data if kind == "stages" else real(kind)
-        )
+        _declare(monkeypatch, "stages", data)
         pick.candidates.cache_clear()
 
     yield patched
@@ -230,8 +239,7 @@ def test_a_declared_target_order_is_data(monkeypatch):
     data["targets"]["hip"]["default_pick"] = {
         "k2": [{"vec": "descending"}, {"path": ["reg"]}, {"prescale": ["split"]}]
     }
-    real = config.declared
-    monkeypatch.setattr(config, "declared", lambda kind: data if kind == "targets" else real(kind))
+    _declare(monkeypatch, "targets", data)
     config.validate(data, "targets", "patched targets.yaml")  # the schema admits it
     pick.candidates.cache_clear()
     try:

@@ -669,3 +669,72 @@ def test_a_rule_names_its_file_and_line_when_a_message_shows_it():
     path, line = str(rule.where).rsplit(":", 1)
     text = (config.GRIDS / "refusals.yaml").read_text(encoding="utf-8").splitlines()
     assert path.endswith("refusals.yaml") and f"id: {rule.id}" in text[int(line) - 1]
+
+
+def test_a_verdict_is_kept_per_the_values_and_types_the_condition_reads(monkeypatch):
+    """A rule met again with the same values of the names it reads is not evaluated again;
+    other values are; names it does not read do not matter; a bool is not the int it equals
+    (arithmetic refuses it), and a condition that raises or reads an unhashable value keeps
+    nothing."""
+    calls = []
+    real = refusals.evaluate
+    monkeypatch.setattr(refusals, "evaluate", lambda code, ns: calls.append(1) or real(code, ns))
+    rule = Rule("kept", "spec", ("k1",), "block * 2 > limit", "a message long enough")
+    assert rule.fires({"block": 3, "limit": 5}) is True
+    assert rule.fires({"block": 3, "limit": 5, "vec": 8}) is True and len(calls) == 1
+    assert rule.fires({"block": 2, "limit": 5}) is False and len(calls) == 2
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="takes numbers"):
+            rule.fires({"block": True, "limit": 5})
+    assert len(calls) == 4
+    listed = Rule("listed", "spec", ("k1",), "block in sizes", "a message long enough")
+    for _ in range(2):
+        assert listed.fires({"block": 1, "sizes": [1, 2]}) is True
+    assert len(calls) == 6
+
+
+def test_kept_namespaces_and_rules_are_made_again_for_a_reloaded_rule_book(
+    monkeypatch, tmp_path, restore_book
+):
+    """Spec namespaces and the rules of each scope are kept per rule book (and, the spec's,
+    per declared axes): a reloaded book's new rule refuses at once, and a declared axis is in
+    the namespace; the kept namespace is never the caller's copy."""
+    from wino import axes
+
+    spec = RtFilterSpec()
+    kept = refusals._kept_spec_ns(spec)
+    assert refusals._kept_spec_ns(RtFilterSpec()) is kept
+    spec_namespace(spec)["block"] = -1  # a copy
+    assert refusals._kept_spec_ns(spec)["block"] == 256
+    problem = Problem(N=1, C=8, H=8, W=8, K=8, pad_h=1, pad_w=1)
+    check_problem(problem)
+    entry = '  - id: planted\n    when: "H == 8"\n    message: "a message long enough {H}"\n'
+    _book_with(monkeypatch, tmp_path, "problem", entry)
+    with pytest.raises(Refused, match="planted"):
+        check_problem(problem)
+    again = refusals._kept_spec_ns(spec)
+    assert again is not kept and again == kept
+    axis = axes.Axis("out_scale", ("k1",), int, "int", "os{}", 1)
+    monkeypatch.setattr(axes, "declared", lambda: (axis,))
+    assert "out_scale" not in kept and spec_namespace(spec)["out_scale"] == 1
+
+
+def test_tile_scale_is_kept_apart_only_where_it_can_change_the_launch(
+    monkeypatch, tmp_path, restore_book
+):
+    """K1 and K2 launch alike with and without tile scales (no kernarg or fit rule of theirs
+    reads it): one Launch serves the pick's and the steps'. K4 passes has_tile_scale, and a
+    fit rule that reads tile_scale parts them too (once the rule book is reloaded)."""
+    from wino.pick import default_stage_specs
+    from wino.vocab import Stage
+
+    problem = Problem(N=1, C=64, H=8, W=8, K=64, pad_h=1, pad_w=1)
+    specs = default_stage_specs(problem, Tile(4, 4))
+    k1, k2, k4 = specs[Stage.FILTER], specs[Stage.INPUT], specs[Stage.OUTPUT]
+    for spec in (k1, k2):
+        assert stage_launch(spec, problem, tile_scale=False) is stage_launch(spec, problem)
+    scaled, plain = stage_launch(k4, problem), stage_launch(k4, problem, tile_scale=False)
+    assert (scaled.kernargs["has_tile_scale"], plain.kernargs["has_tile_scale"]) == (1, 0)
+    entry = '  - id: planted\n    stages: [k2]\n    when: "tile_scale < 0"\n'
+    _book_with(monkeypatch, tmp_path, "fit", entry + '    message: "a message long enough"\n')
+    assert stage_launch(k2, problem, tile_scale=False) is not stage_launch(k2, problem)

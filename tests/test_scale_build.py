@@ -38,9 +38,8 @@ def subset(per_stage: int = 2) -> list:
 
 
 def tree(root: Path) -> dict[str, bytes]:
-    """Every file under ``root`` (doit's database aside); a report's log is dropped, and so is
-    a runtime index's ``manifest_state``: the published manifest's size, times and inode, which
-    differ between any two builds by design (a copied cache is hashed instead)."""
+    """Every file under ``root`` (doit's database aside); a report's log is dropped, and so are
+    a runtime index's file states (``_without_file_states``)."""
     files = {}
     for path in sorted(root.rglob("*")):
         if not path.is_file() or path.name.startswith(".doit"):
@@ -51,12 +50,26 @@ def tree(root: Path) -> dict[str, bytes]:
             assert report.pop("log") is not None
             data = json.dumps(report, sort_keys=True).encode()
         if path.name == "manifest.index.jsonl":
-            head, rest = data.split(b"\n", 1)
-            header = json.loads(head)
-            assert len(header.pop("manifest_state")) == 4
-            data = json.dumps(header, sort_keys=True).encode() + b"\n" + rest
+            data = _without_file_states(data)
         files[path.relative_to(root).as_posix()] = data
     return files
+
+
+def _without_file_states(index: bytes) -> bytes:
+    """A runtime index without the file states it records (the published manifest's, the
+    schemas' and the declared files': sizes, times and inodes, which differ between any two
+    builds by design; a copied cache is hashed instead) and the section ends they shift."""
+    head, *lines = index.decode("utf-8").splitlines()
+    header = json.loads(head)
+    assert len(header.pop("manifest_state")) == 4
+    header.pop("schema_state"), header.pop("ends")
+    out = [json.dumps(header, sort_keys=True)]
+    for key, line in zip(header["sections"], lines, strict=True):
+        section = json.loads(line)
+        if key.startswith("declared "):
+            section.pop("state"), section.pop("schema_state")
+        out.append(json.dumps(section, sort_keys=True))
+    return "\n".join(out).encode("utf-8")
 
 
 @pytest.fixture(scope="module")

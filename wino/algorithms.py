@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import config
 from .problem import Problem
-from .refusals import Rule, RuleSite, Scope, probe, problem_namespace, rule_book
+from .refusals import Rule, RuleSite, Scope, probe, problem_namespace, repeated, rule_book
 
 FILE = "algorithms"
 
@@ -73,8 +73,7 @@ def from_data(data: dict, path: Path, probing: bool = True) -> tuple[Crossover, 
         if probing:
             probe(rule, params)
         out.append(Crossover(rule, Algorithm(entry["algorithm"])))
-    ids = [c.id for c in out]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    dupes = repeated([c.id for c in out])
     if dupes:
         raise config.ConfigError(f"{path}: rule ids must be unique; repeated: {dupes}")
     return tuple(out)

@@ -38,7 +38,7 @@ def declared() -> tuple[Axis, ...]:
         Axis(
             a["name"], tuple(a["stages"]), _TYPES[a["type"]], a["ctype"], a["suffix"], a["default"]
         )
-        for a in config.declared("stages").get("axes", [])
+        for a in config.declared_part("stages", "axes") or []
     )
 
 

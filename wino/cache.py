@@ -32,11 +32,10 @@ import os
 import re
 import tempfile
 import warnings
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +85,11 @@ def search_path(root: Path | str | None = None) -> list[BuildFolder]:
     """The build folders the runtime reads, in order. An explicit ``root``, else $WINO_BUILD, is
     the only place looked at (a choice is never second-guessed); otherwise ./build, the
     checkout's build/ and the cache packaged in the wheel, the first holding the target wins."""
+    return _unique(_places(root))
+
+
+def _places(root: Path | str | None) -> list[BuildFolder]:
+    """``search_path`` before a folder reached twice (./build is the checkout's) is dropped."""
     if root is not None:
         return [BuildFolder(Path(root), CacheSource.ROOT)]
     if _env_build():
@@ -94,9 +98,16 @@ def search_path(root: Path | str | None = None) -> list[BuildFolder]:
     if config.IS_CHECKOUT:
         found.append(BuildFolder(config.ROOT / "build", CacheSource.CHECKOUT))
     found.append(BuildFolder(config.PACKAGED / "build", CacheSource.PACKAGED))
+    return found
+
+
+def _unique(folders: list[BuildFolder]) -> list[BuildFolder]:
+    """The folders but those whose real path an earlier one has."""
+    if len(folders) < 2:
+        return folders
     seen: set[str] = set()
     unique = []
-    for folder in found:
+    for folder in folders:
         real = os.path.realpath(folder.path)
         if real not in seen:
             seen.add(real)
@@ -165,24 +176,26 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> Path:
 # The runtime index ------------------------------------------------------------------------------
 #: Beside each manifest: what a dispatch needs of it, in a form that loads in a millisecond, with
 #: the build's validation stamp. It is derived data: trusted only for the manifest it was made
-#: from (its file state as published, else the sha256 of its bytes) and while the schemas hash as
-#: they did (else the manifest is read and validated as always), so a changed or hand-edited
-#: manifest is still validated in full.
+#: from (its file state as published, else the sha256 of its bytes) and while the schemas hold
+#: the content they did (their settled file states, else their sha256: wino.config.read_settled;
+#: else the manifest is read and validated as always), so a changed or hand-edited manifest is
+#: still validated in full.
 #:
 #: JSON lines: a header line (format, the manifest's sha256 and file state, the schema's
-#: sha256, the manifest's header fields, and where each section lies), then one line per
-#: section: ``abi <n>`` (the distinct abi records, one per line), ``declared <kind>`` (the
-#: stamped YAML files) and ``kernels <stage> <tile> <io>`` (the records of one group, by name).
-#: A reader keeps the file open and reads (``os.pread``) and parses the header and only the
-#: sections it uses: a dispatch reads a few kernel groups of the hundred and the abis of the
-#: kernels it runs.
+#: sha256 and file state, the manifest's header fields, the sections' keys and where each one
+#: ends), then one line per section: ``abi <n>`` (the distinct abi records, one per line),
+#: ``declared <kind>`` (a stamped YAML file's hashes, file states and top-level keys) with
+#: ``declared <kind> <key>`` (its validated data of one key), and ``kernels <stage> <tile>
+#: <io>`` (the records of one group, by name). A reader keeps the file open and reads
+#: (``os.pread``) and parses the header and only the sections it uses: a dispatch reads a few
+#: kernel groups of the hundred, the abis of the kernels it runs and the declared data it uses.
 INDEX = "manifest.index.jsonl"
-INDEX_FORMAT = 3
+INDEX_FORMAT = 4
 #: A kernel's record in the index: these manifest fields in this order, the abi by its number.
 INDEX_FIELDS = ("stage", "spec", "binary", "sha256", "registers", "spills", "abi")
 #: The declared files the runtime reads (spec axes and the default pick order; the rule book; the
 #: algorithm crossover rules; the targets' storage table), stamped in the index by their
-#: content's sha256 with their validated data.
+#: content's sha256 (and settled file state) with their validated data.
 STAMPED = ("stages", "refusals", "algorithms", "targets")
 
 
@@ -190,25 +203,15 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _state(path: Path) -> list[int] | None:
-    """[size, mtime, ctime, inode] of a file: any write to it, or a file renamed over it,
-    changes it (ctime cannot be put back); None when it is absent."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-
-
 def _published_state(path: Path, text: str) -> list[int] | None:
     """The file state of the manifest just published at ``path``, when the file there still
     holds exactly ``text`` (another publisher may have renamed over it); else None."""
-    before = _state(path)
+    before = config.file_state(path)
     try:
         same = path.read_bytes() == text.encode("utf-8")
     except OSError:
         return None
-    return before if same and _state(path) == before else None
+    return before if same and config.file_state(path) == before else None
 
 
 def group_key(stage: str, spec: dict[str, Any]) -> str:
@@ -236,32 +239,37 @@ def runtime_index(
         group = groups.setdefault(group_key(fields["stage"], fields["spec"]), {})
         group[name] = [record.get(key) for key in INDEX_FIELDS]
     sections: dict[str, Any] = {f"abi {number}": abi for number, abi in enumerate(abis)}
-    sections.update({f"declared {kind}": _declared_stamp(kind) for kind in STAMPED})
+    for kind in STAMPED:
+        stamp, data = _declared_stamp(kind)
+        sections[f"declared {kind}"] = stamp
+        sections.update({f"declared {kind} {key}": value for key, value in data.items()})
     sections.update(groups)
-    lines, where, at = [], {}, 0
-    for key, value in sections.items():
+    lines, ends, at = [], [], 0
+    for value in sections.values():
         line = json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n"
-        where[key] = [at, len(line.encode("utf-8"))]
+        at += len(line.encode("utf-8"))
         lines.append(line)
-        at += where[key][1]
+        ends.append(at)
     header = {
         "index_format": INDEX_FORMAT,
         "manifest_sha256": _sha256(text.encode("utf-8")),
         "manifest_state": state,
-        "schema_sha256": config.schema_sha256("manifest"),
+        **_schema_stamp("manifest"),
         "manifest": {k: manifest[k] for k in ("format", "target", "flavor", "toolchain")},
         "kernels": len(manifest["kernels"]),
-        "sections": where,
+        "sections": list(sections),  # keys and ends: a table that parses in microseconds
+        "ends": ends,
     }
     return json.dumps(header, sort_keys=True, separators=(",", ":")) + "\n" + "".join(lines)
 
 
-def _declared_stamp(kind: str) -> dict[str, Any]:
-    """grids/<kind>.yaml's content hash and its data, validated now (the rule book probed)."""
+def _declared_stamp(kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """grids/<kind>.yaml's stamp (its content hash and settled file state, its schema's, the
+    data's top-level keys) and its data, validated now (the rule book probed)."""
     from .refusals import book
 
     path = config.GRIDS / f"{kind}.yaml"
-    raw = path.read_bytes()
+    raw, state = config.read_settled(path)
     data = config.validate(config.load_yaml_text(raw.decode("utf-8"), str(path)), kind, str(path))
     if kind == "refusals":
         book(data)  # every rule probed: a stamped rule book is not probed at run time
@@ -269,7 +277,14 @@ def _declared_stamp(kind: str) -> dict[str, Any]:
         from .algorithms import from_data
 
         from_data(data, path)  # likewise the crossover rules
-    return {"sha256": _sha256(raw), "schema_sha256": config.schema_sha256(kind), "data": data}
+    stamp = {"sha256": _sha256(raw), "state": state, **_schema_stamp(kind), "keys": list(data)}
+    return stamp, data
+
+
+def _schema_stamp(kind: str) -> dict[str, Any]:
+    """schema/<kind>.schema.json's sha256 and settled file state, as a stamp records them."""
+    raw, state = config.read_settled(config.SCHEMAS / f"{kind}.schema.json")
+    return {"schema_sha256": _sha256(raw), "schema_state": state}
 
 
 class Index:
@@ -277,21 +292,33 @@ class Index:
     from the file opened when the header was read (a publication renames a new file into
     place, so the open one keeps the content the header describes)."""
 
-    def __init__(self, header: dict[str, Any], fd: int, start: int, path: Path):
-        self.header, self._fd, self._start, self._path = header, fd, start, path
+    def __init__(
+        self,
+        header: dict[str, Any],
+        where: dict[str, tuple[int, int]],
+        fd: int,
+        start: int,
+        path: Path,
+    ):
+        self.header, self._where, self._fd, self._start, self._path = header, where, fd, start, path
         self._parsed: dict[str, Any] = {}
-        weakref.finalize(self, os.close, fd)
+
+    def __del__(self, close=os.close) -> None:
+        """Close the file (``close`` is bound here: at interpreter exit ``os`` may be gone).
+        Not weakref.finalize: its first use in a process costs a first dispatch 50 us."""
+        close(self._fd)
 
     def section(self, key: str) -> Any:
         """A section's data (None when the index has no such section)."""
         if key not in self._parsed:
-            where = self.header["sections"].get(key)
+            where = self._where.get(key)
             if where is None:
                 return None
-            data = os.pread(self._fd, where[1], self._start + where[0])
-            try:
-                self._parsed[key] = json.loads(data)
-            except ValueError:
+            begin, end = where
+            data = os.pread(self._fd, end - begin, self._start + begin)
+            try:  # decoded here: json.loads would detect the encoding of bytes first
+                self._parsed[key] = json.loads(data.decode("utf-8"))
+            except ValueError:  # not JSON (or not UTF-8)
                 raise CacheError(
                     f"{self._path}: section {key!r} is not what its header says (the file "
                     "was written in place after it was opened); rebuild it: `doit manifest`"
@@ -300,7 +327,7 @@ class Index:
 
     def groups(self) -> list[str]:
         """The kernel group sections' keys."""
-        return [key for key in self.header["sections"] if key.startswith("kernels ")]
+        return [key for key in self._where if key.startswith("kernels ")]
 
 
 #: The first read of an index: its header line (about 5 KB) and usually nothing more.
@@ -309,7 +336,7 @@ _HEADER_READ = 1 << 14
 
 def _open_index(path: Path) -> Index | None:
     """The index at ``path`` with its header read (the file kept open for its sections);
-    None when it is absent or its first line is not a JSON object."""
+    None when it is absent or its first line is not the header of an index of this format."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -323,12 +350,19 @@ def _open_index(path: Path) -> Index | None:
             head, size = head + more, size * 2
         start = head.index(b"\n") + 1
         header = json.loads(head[:start])
-        if not isinstance(header, dict):
-            raise ValueError("the header is not an object")
-    except (OSError, ValueError):
+        if not isinstance(header, dict) or header.get("index_format") != INDEX_FORMAT:
+            raise ValueError("not the header of an index of this format")
+        where = _section_table(header)
+    except (OSError, ValueError, KeyError, TypeError):
         os.close(fd)
         return None
-    return Index(header, fd, start, path)  # closes the file when dropped
+    return Index(header, where, fd, start, path)  # closes the file when dropped
+
+
+def _section_table(header: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """Each section's (start, end) after the header line, from its keys and ends."""
+    ends = header["ends"]
+    return dict(zip(header["sections"], zip([0, *ends[:-1]], ends, strict=True), strict=True))
 
 
 def _read_index(path: Path) -> tuple[Index | None, bytes | None]:
@@ -340,12 +374,9 @@ def _read_index(path: Path) -> tuple[Index | None, bytes | None]:
     if index is None:
         return None, None
     header = index.header
-    if header.get("index_format") != INDEX_FORMAT:
+    if not config.schema_holds("manifest", header.get("schema_sha256"), header.get("schema_state")):
         return None, None
-    if header.get("schema_sha256") != config.schema_sha256("manifest"):
-        return None, None
-    state = header.get("manifest_state")
-    if state is not None and _state(path) == state:
+    if config.unchanged(path, header.get("manifest_state")):
         return index, None
     raw = path.read_bytes()
     return (index if header.get("manifest_sha256") == _sha256(raw) else None), raw
@@ -425,13 +456,15 @@ class IndexedKernels(Mapping):
 
     def records_of(self, stage, tile, io, xdtype=None, epilogue=None) -> list[tuple[str, dict]]:
         """``Manifest.records_of`` on the index: the group's records, no spec made."""
-        wanted = {"xdtype": xdtype, "epilogue": epilogue}
-        wanted = {field: value.value for field, value in wanted.items() if value is not None}
         group = self._group(group_key(stage.short, {"tile": tile.name, "io": io.value}))
+        x = None if xdtype is None else xdtype.value
+        e = None if epilogue is None else epilogue.value
+        specs = ((name, record[1]) for name, record in group.items())  # (stage, spec, ...)
         return [
             (name, fields)
-            for name, (_, fields, *_) in group.items()
-            if all(fields.get(field, value) == value for field, value in wanted.items())
+            for name, fields in specs
+            if (x is None or fields.get("xdtype", x) == x)
+            and (e is None or fields.get("epilogue", e) == e)
         ]
 
     def spec(self, name: str) -> StageSpec:
@@ -710,7 +743,17 @@ def _indexed(path: Path, index: Index, source: CacheSource | None) -> Manifest:
     _check_folder(path, header)
     for kind in STAMPED:
         stamp = index.section(f"declared {kind}")
-        config.stamp(kind, stamp["sha256"], stamp["schema_sha256"], stamp["data"])
+        config.stamp(
+            kind,
+            config.Stamp(
+                stamp["sha256"],
+                stamp["schema_sha256"],
+                tuple(stamp["keys"]),
+                partial(_declared_part, index, kind),
+                stamp["state"],
+                stamp["schema_state"],
+            ),
+        )
     kernels = IndexedKernels(path, header["target"], index)
     return Manifest(
         Target(header["target"]),
@@ -720,6 +763,11 @@ def _indexed(path: Path, index: Index, source: CacheSource | None) -> Manifest:
         kernels,
         source,
     )
+
+
+def _declared_part(index: Index, kind: str, key: str) -> Any:
+    """The stamped data of one top-level key of grids/<kind>.yaml (a config.Stamp's part)."""
+    return index.section(f"declared {kind} {key}")
 
 
 def _check_folder(path: Path, data: dict[str, Any]) -> None:
@@ -755,7 +803,11 @@ def _candidates(base: Path, flavor: str | None) -> list[Path]:
     hit = _CANDIDATES.get((base, "*"))
     if hit is not None and hit[0] == key and key is not None:
         return hit[1]
-    paths = sorted(d / MANIFEST for d in base.glob("*") if d.is_dir())
+    try:  # os.scandir, not Path.glob: its first use compiles a pattern (a first dispatch's)
+        with os.scandir(base) as entries:
+            paths = sorted(Path(entry.path) / MANIFEST for entry in entries if entry.is_dir())
+    except OSError:  # absent, or no folder: no flavor
+        paths = []
     _CANDIDATES[(base, "*")] = (key, paths)
     return paths
 
@@ -838,17 +890,21 @@ def manifest_location(
     build folder of ``search_path(root)`` that holds one, the given flavor or the only / most
     recently published one. A few stat calls; raises FileNotFoundError naming every place."""
     looked = []
-    for folder in search_path(root):
-        base = folder.path / "cache" / f"v{FORMAT}" / target.value
+    for folder in _places(root):  # a folder reached twice holds the target neither time
+        base = folder.path.joinpath("cache", f"v{FORMAT}", target.value)
         try:
             path, key = manifest_state_in(base, flavor)
         except FileNotFoundError:
-            looked.append(f"{base} ({folder.source.value})")
+            looked.append(folder)
             continue
-        return path, key, folder.source
+        return path, key, folder.source  # found: no real path resolved (``search_path``'s)
+    places = "; ".join(
+        f"{folder.path / 'cache' / f'v{FORMAT}' / target.value} ({folder.source.value})"
+        for folder in _unique(looked)
+    )
     raise FileNotFoundError(
         f"no {target.value} cache{f' of flavor {flavor}' if flavor else ''} in "
-        f"{'; '.join(looked)}: build it with `doit compile:{target.value}`, or install a "
+        f"{places}: build it with `doit compile:{target.value}`, or install a "
         "wino wheel that carries it"
     )
 

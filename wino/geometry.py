@@ -35,10 +35,20 @@ class TileGrid:
 
     @classmethod
     def of(cls, problem: Problem, tile: Tile) -> TileGrid:
-        thp = ceil_div(ceil_div(problem.Ho, problem.dil_h), tile.mh)
-        twp = ceil_div(ceil_div(problem.Wo, problem.dil_w), tile.mw)
+        thp, twp = _phase_tiles(problem, tile)
         th, tw = problem.dil_h * thp, problem.dil_w * twp
         return cls(thp, twp, th, tw, problem.N * th * tw)
+
+    def counts(self) -> dict[str, int]:
+        """The counts by field name: ``dataclasses.asdict``'s, without its deep copies (a
+        launch's kernargs read them)."""
+        return {"thp": self.thp, "twp": self.twp, "TH": self.TH, "TW": self.TW, "P": self.P}
+
+
+def _phase_tiles(problem: Problem, tile: Tile) -> tuple[int, int]:
+    """Tile rows and columns per dilation phase: ceil(ceil(Ho/dil_h)/mh), likewise columns."""
+    thp = ceil_div(ceil_div(problem.Ho, problem.dil_h), tile.mh)
+    return thp, ceil_div(ceil_div(problem.Wo, problem.dil_w), tile.mw)
 
 
 def tiles_per_image(problem: Problem, tile: Tile) -> int:
@@ -48,8 +58,9 @@ def tiles_per_image(problem: Problem, tile: Tile) -> int:
 
 def elems(problem: Problem, tile: Tile) -> int:
     """The largest buffer of a (chunk of a) problem in elements: x, y, V, M or U."""
-    p, a = TileGrid.of(problem, tile).P, tile.bins
-    n = problem.N
+    thp, twp = _phase_tiles(problem, tile)  # TileGrid.of's P, no TileGrid made
+    n, a = problem.N, tile.bins
+    p = n * problem.dil_h * thp * problem.dil_w * twp
     x, y = n * problem.H * problem.W * problem.C, n * problem.Ho * problem.Wo * problem.K
     return max(x, y, a * p * problem.C, a * p * problem.K, a * problem.K * problem.Cg)
 

@@ -19,14 +19,14 @@ Workspace layouts (xd = transformed dtype, acc = accumulator dtype):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from .geometry import INDEX_LIMIT, TileGrid, aligned, elems, tiles_per_image
-from .kinds import kind_of
+from .kinds import KINDS, kind_of
 from .magic import magic_div
 from .problem import Problem
-from .refusals import Refused, check_fit, check_problem, kept
+from .refusals import Refused, Scope, check_fit, check_problem, kept, may_read
 from .specs import RtFilterSpec, RtOutputSpec, StageSpec
 from .vocab import DType, Tile
 
@@ -50,7 +50,11 @@ def stage_launch(spec: StageSpec, problem: Problem, *, tile_scale: bool = True) 
     The problem rules run first (not 3x3, stride, groups, 31-bit), with their rule ids.
     A launch that fits is kept per (spec, problem, tile_scale) and rule book, and the same
     Launch is returned again (a dispatch's pick and its steps launch the same specs): treat
-    it, and its kernargs, as read-only."""
+    it, and its kernargs, as read-only. Where ``tile_scale`` cannot change the launch
+    (``_tile_scale_matters``), it is made, and kept, as for True: the pick launches K1 and K2
+    with the default, the steps with the K2 spec's prescale, and both get the one Launch."""
+    if not tile_scale and not _tile_scale_matters(spec):
+        tile_scale = True
     key = (spec, problem, tile_scale)
     return kept(_LAUNCHES, key, lambda: _stage_launch(spec, problem, tile_scale))
 
@@ -59,12 +63,30 @@ def stage_launch(spec: StageSpec, problem: Problem, *, tile_scale: bool = True) 
 _LAUNCHES: dict[tuple, tuple[Any, Launch]] = {}
 
 
+def _tile_scale_matters(spec: StageSpec) -> bool:
+    """Whether ``tile_scale`` can change a launch of the spec: a kind of its class has the
+    has_tile_scale kernarg (K4), or a fit rule of its stage may read tile_scale (its text
+    names it); kept per spec class and rule book."""
+
+    def matters() -> bool:
+        kinds = (k for k in KINDS if k.spec_class is type(spec))
+        return any("has_tile_scale" in k.fields for k in kinds) or may_read(
+            Scope.FIT, spec.stage.short, "tile_scale"
+        )
+
+    return kept(_SCALE_MATTERS, type(spec), matters)
+
+
+#: ``_tile_scale_matters`` by spec class, ``refusals.kept``.
+_SCALE_MATTERS: dict[type, tuple[Any, bool]] = {}
+
+
 def _stage_launch(spec: StageSpec, problem: Problem, tile_scale: bool) -> Launch:
     check_problem(problem, spec.tile)
     kind = kind_of(spec)
     tg = TileGrid.of(problem, spec.tile)
     base = {name: getattr(problem, name) for name in _PROBLEM_ARGS}
-    base.update(asdict(tg), G=problem.groups, has_tile_scale=int(tile_scale))
+    base.update(tg.counts(), G=problem.groups, has_tile_scale=int(tile_scale))
     channels = {RtFilterSpec: problem.Cg, RtOutputSpec: problem.K}.get(type(spec), problem.C)
     lanes = channels // getattr(spec, "vec", 1)  # KF has no channel vector
     geometry, derived = kind.geometry(spec, problem, tg, lanes)

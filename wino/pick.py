@@ -36,7 +36,7 @@ def default_xdtype(dtype: DType, target: Target | None = None) -> DType:
     for its fp32-only BLAS), else fp32 for fp32 and fp16 for 16-bit inputs (bf16 too: about 8x
     more accurate than bf16 storage, made safe by the prescale)."""
     if target is not None:
-        declared = config.declared("targets")["targets"].get(target.value, {})
+        declared = config.declared_part("targets", "targets").get(target.value, {})
         value = declared.get("xdtype", {}).get(dtype.short)
         if value is not None:
             return DType.parse(value)
@@ -48,23 +48,23 @@ def declared_order(stage: Stage, target: Target | None = None) -> list[dict]:
     grids/targets.yaml declares one for the stage (``default_pick`` under the target), else
     grids/stages.yaml's ``default_pick`` (also for ``target`` None)."""
     if target is not None:
-        declared = config.declared("targets")["targets"].get(target.value, {})
+        declared = config.declared_part("targets", "targets").get(target.value, {})
         own = declared.get("default_pick", {}).get(stage.short)
         if own is not None:
             return own
-    return config.declared("stages")["default_pick"][stage.short]
+    return config.declared_part("stages", "default_pick")[stage.short]
 
 
 class _NoFit(Exception):
     """None of a Ranking's specs of a stage fits the problem."""
 
 
-def _rank(order: list[dict], values: dict) -> tuple | None:
-    """The sort key of a spec's plain values under ``order``; None when an axis excludes it."""
+def _rank(order: list[tuple[str, str | list]], values: dict, defaults: dict) -> tuple | None:
+    """The sort key of a spec's plain values under ``order``, (axis, how) pairs (a declared
+    axis a spec leaves out has its default); None when an axis excludes it."""
     key = []
-    for axis in order:
-        ((name, how),) = axis.items()
-        value = values[name]
+    for name, how in order:
+        value = values[name] if name in values else defaults[name]
         if isinstance(how, str):
             key.append(_DIRECTIONS[how] * value)
         elif value in how:
@@ -94,7 +94,10 @@ def _ranked_entries(entries, stage, tile, io, xdtype, epilogue, target) -> list:
     """The items of ``entries`` ((plain field values, item) pairs of one stage: a spec's
     ``fields_dict`` or a manifest record's spec fields, which are the same) that the declared
     order admits for the tile and dtypes, best first; ties keep the order of ``entries``."""
-    order = declared_order(stage, target)
+    order = []
+    for axis in declared_order(stage, target):
+        ((name, how),) = axis.items()  # one axis per entry
+        order.append((name, how))
     defaults = {name: axis.default for name, axis in axes.of_stage(stage.short).items()}
     tile_name, io_value, x_value, e_value = tile.name, io.value, xdtype.value, epilogue.value
     fp32 = DType.FP32.value
@@ -109,7 +112,7 @@ def _ranked_entries(entries, stage, tile, io, xdtype, epilogue, target) -> list:
         accdtype = values.get("accdtype", fp32)
         if accdtype != fp32 and not m_storable(DType(accdtype), xdtype):
             continue  # fp16 M only after fp16 V: fp32 storage (the c target's) keeps fp32 M
-        key = _rank(order, {**defaults, **values})  # axis defaults too
+        key = _rank(order, values, defaults)
         if key is not None:
             ranked.append((key, item))
     ranked.sort(key=lambda pair: pair[0])  # stable
@@ -162,7 +165,8 @@ class Ranking:
         target: Target | None = None,
     ) -> Sequence[StageSpec]:
         key = (stage, tile, io, xdtype, epilogue, target)
-        if key not in self._memo:
+        ranked = self._memo.get(key)  # one lookup: the key's hash is not kept
+        if ranked is None:
             if self._records is None:
                 ranked = _ranked(self._specs, stage, tile, io, xdtype, epilogue, target)
             else:
@@ -171,7 +175,7 @@ class Ranking:
                 names = _ranked_entries(entries, stage, tile, io, xdtype, epilogue, target)
                 ranked = _MadeOnUse(tuple(names), self._make)
             self._memo[key] = ranked
-        return self._memo[key]
+        return ranked
 
 
 class _MadeOnUse(Sequence):
@@ -263,13 +267,20 @@ def default_stage_specs(
     else:
         xdtype = coerce(DType, xdtype, "xdtype")
     epilogue = coerce(Epilogue, epilogue, "epilogue")
-    probe = replace(problem, N=1, dtype=dtype)
+    probe = _probe(problem, dtype)
     if ranking is None:
         return _pick(tile, dtype, xdtype, probe, candidates, epilogue, target)
     try:
         return _pick(tile, dtype, xdtype, probe, ranking.candidates, epilogue, target)
     except _NoFit:
         return _pick(tile, dtype, xdtype, probe, candidates, epilogue, target)
+
+
+def _probe(problem: Problem, dtype: DType) -> Problem:
+    """The one-image problem of ``dtype`` the pick fits specs to: the problem itself when it
+    is that (no copy made and checked again)."""
+    one = problem.with_batch(1)
+    return one if one.dtype is dtype else replace(one, dtype=dtype)
 
 
 def _pick(
@@ -305,7 +316,7 @@ def output_with_epilogue(
     ``target``'s declared order; Refused (``epilogue_not_in_grid``) when the grid has none."""
     k4 = specs[Stage.OUTPUT]
     wanted = k4.replace(epilogue=epilogue)
-    probe, fp32 = replace(problem, N=1), DType.FP32  # K4 has no xdtype: any passes
+    probe, fp32 = problem.with_batch(1), DType.FP32  # K4 has no xdtype: any passes
     for among in ([ranking.candidates] if ranking else []) + [candidates]:
         try:
             if wanted not in among(Stage.OUTPUT, k4.tile, k4.io, fp32, epilogue, target):
@@ -352,7 +363,7 @@ def default_fused_specs(
             f"{', '.join(tiles) or 'none'}. Pass one of those tiles, algorithm='unfused', or "
             "add a kf sub-grid to grids/stages.yaml and rebuild",
         )
-    probe = replace(problem, N=1, dtype=dtype)
+    probe = _probe(problem, dtype)
 
     def first(stage: Stage, epilogue: Epilogue = Epilogue.NONE) -> StageSpec:
         return _first_fit(stage, tile, dtype, mdtype, probe, candidates, epilogue, target=target)

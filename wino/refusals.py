@@ -20,14 +20,17 @@ import operator
 import re
 import string
 import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache, lru_cache, partial
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
 import simpleeval
 
-from . import config
+from . import axes, config
 from .fused import fused_namespace
 from .geometry import ceil_div, elems_one_image, lds_bytes
 from .problem import Problem
@@ -179,10 +182,13 @@ class Rule:
     targets: tuple[Target, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "scope", coerce(Scope, self.scope, f"rule {self.id}: scope"))
-        where = f"rule {self.id}: targets"
-        targets = tuple(coerce(Target, t, where) for t in self.targets)
-        object.__setattr__(self, "targets", targets)
+        if not isinstance(self.scope, Scope):  # its YAML string (a book's rules have members)
+            object.__setattr__(self, "scope", coerce(Scope, self.scope, f"rule {self.id}: scope"))
+        if self.targets:
+            where = f"rule {self.id}: targets"
+            targets = tuple(coerce(Target, t, where) for t in self.targets)
+            object.__setattr__(self, "targets", targets)
+        object.__setattr__(self, "_verdicts", {})  # ``fires``'s, by inputs (not a field)
 
     def applies_to(self, target: Target | None) -> bool:
         """Whether the rule refuses on ``target``; every rule does for None (a spec no rule
@@ -208,7 +214,25 @@ class Rule:
             raise self._error(f"condition uses unknown name(s) {sorted(missing)}")
 
     def fires(self, namespace: dict[str, Any]) -> bool:
+        """Whether the condition holds in ``namespace``. The verdict is kept per the values,
+        and their types, of the names the condition reads (``_inputs``): a rule that meets the
+        same inputs again (a spec's launch for another problem, the problem rules of another
+        batch) is looked up, not evaluated; a condition that raises keeps nothing."""
         code = self.code  # a syntax error or a forbidden construct is a ConfigError first
+        key = _inputs(self.when, namespace)
+        try:
+            verdict = None if key is None else self._verdicts.get(key)
+        except TypeError:  # an unhashable value: evaluated, not kept
+            key = verdict = None
+        if verdict is None:
+            verdict = self._evaluate(code, namespace)
+            if key is not None:
+                if len(self._verdicts) >= KEPT_LIMIT:
+                    self._verdicts.clear()
+                self._verdicts[key] = verdict
+        return verdict
+
+    def _evaluate(self, code: ast.Expression, namespace: dict[str, Any]) -> bool:
         try:
             return bool(evaluate(code, namespace))
         except simpleeval.NameNotDefined as err:
@@ -251,6 +275,33 @@ class Rule:
         except (ValueError, TypeError) as err:
             raise self._error(f"message cannot be formatted: {err}") from None
         return Refused(self.id, text)
+
+
+#: What ``_inputs`` puts for a name the namespace lacks (evaluation either short-circuits past
+#: it, the same way for the same inputs, or raises and keeps nothing).
+_ABSENT = object()
+#: An ASCII identifier, as Python's tokenizer reads one.
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _inputs(expression: str, namespace: dict[str, Any]) -> tuple | None:
+    """The values in ``namespace`` of the names a condition may read, and their types (1, 1.0
+    and True are equal keys but not equal inputs: arithmetic refuses a bool, ``is_pow2`` a
+    float); None for a condition with non-ASCII text (not kept)."""
+    names = _words(expression)
+    if names is None:
+        return None
+    values = tuple(map(namespace.get, names, repeat(_ABSENT)))
+    return values + tuple(map(type, values))
+
+
+@cache
+def _words(expression: str) -> tuple[str, ...] | None:
+    """The identifiers of a condition's text, in order: every name it reads (a helper's too: a
+    namespace may shadow one) and some it cannot (keywords, the words of string constants), a
+    superset found without walking its tree. None beyond ASCII, where the parser normalizes
+    identifiers (NFKC) and this could miss one."""
+    return tuple(_IDENTIFIER.findall(expression)) if expression.isascii() else None
 
 
 @cache
@@ -330,34 +381,80 @@ def _rule_lines(path: Path) -> dict[str, int]:
 
 
 @lru_cache(maxsize=1)
-def rule_book() -> tuple[dict[str, int], tuple[Rule, ...]]:
+def rule_book() -> tuple[dict[str, int], Rules]:
     """The params and rules of grids/refusals.yaml, every rule checked against probe
     namespaces (so a bad rule fails here, with its id and file:line, not at dispatch). Content
-    a build stamped as validated (wino.config.stamped: the build probed it) is not probed
-    again."""
-    return book(config.declared("refusals"), probing=not config.stamped("refusals"))
+    a build stamped as validated (wino.config.stamped: the build probed it, and found its ids
+    unique) is not probed again, and its rules of a scope are made when first read (a dispatch
+    reads the problem and fit rules, not the spec rules)."""
+    params = config.declared_part("refusals", "params")  # decides how the file is read
+    if not config.stamped("refusals"):
+        return book(config.declared("refusals"))
+    return dict(params), Rules(partial(_stamped_entries, config.GRIDS / "refusals.yaml"))
 
 
-def book(data: dict, probing: bool = True) -> tuple[dict[str, int], tuple[Rule, ...]]:
-    """The params and rules of the validated refusals data (probed unless told not to)."""
+def _stamped_entries(path: Path, scope: Scope) -> tuple[Path, list[dict], bool]:
+    """(file, entries, checked) of a stamped rule book's rules of ``scope`` (``Rules``'s)."""
+    return path, config.declared_part("refusals", f"{scope.value}_rules"), True
+
+
+def book(data: dict) -> tuple[dict[str, int], Rules]:
+    """The params and rules of the validated refusals data, every rule probed."""
     path = config.GRIDS / "refusals.yaml"
-    rules = []
-    for scope in Scope:
-        for entry in data[f"{scope.value}_rules"]:
-            stages = tuple(entry.get("stages", ()))
-            where = RuleSite(path, entry["id"])
-            checked = not probing  # a stamped rule book: compiled and probed at build time
-            targets = tuple(entry.get("targets", ()))  # the schema allows it on spec rules only
-            when, message = entry["when"], entry["message"]
-            rules.append(Rule(entry["id"], scope, stages, when, message, where, checked, targets))
-    ids = [r.id for r in rules]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    rules = Rules(lambda scope: (path, data[f"{scope.value}_rules"], False))
+    dupes = repeated([r.id for r in rules])
     if dupes:
         raise config.ConfigError(f"{path}: rule ids must be unique; repeated: {dupes}")
     params = dict(data["params"])
-    for rule in rules if probing else ():
+    for rule in rules:
         probe(rule, params)
-    return params, tuple(rules)
+    return params, rules
+
+
+class Rules(Sequence):
+    """A rule book's rules in the file's order (its spec, problem and fit rules). ``entries(
+    scope)`` gives (the file, the entries of a scope's rules, whether they were checked: a
+    stamped book's, compiled and probed at build time); a scope's rules are made from them
+    when first read."""
+
+    def __init__(self, entries: Callable[[Scope], tuple[Path, list[dict], bool]]):
+        self._entries = entries
+        self._made: dict[Scope, tuple[Rule, ...]] = {}
+
+    def of(self, scope: Scope) -> tuple[Rule, ...]:
+        """The rules of one scope, in the file's order."""
+        made = self._made.get(scope)
+        if made is None:
+            path, entries, checked = self._entries(scope)
+            made = self._made[scope] = tuple(_rule(e, scope, path, checked) for e in entries)
+        return made
+
+    def _every(self) -> tuple[Rule, ...]:
+        return tuple(rule for scope in Scope for rule in self.of(scope))
+
+    def __iter__(self) -> Iterator[Rule]:
+        return iter(self._every())
+
+    def __len__(self) -> int:
+        return len(self._every())
+
+    def __getitem__(self, index):
+        return self._every()[index]
+
+
+def _rule(entry: dict, scope: Scope, path: Path, checked: bool) -> Rule:
+    """The rule of one entry of the file (the schema allows ``targets`` on spec rules only)."""
+    rule_id, targets = entry["id"], tuple(entry.get("targets", ()))
+    where = RuleSite(path, rule_id)
+    stages = tuple(entry.get("stages", ()))
+    return Rule(rule_id, scope, stages, entry["when"], entry["message"], where, checked, targets)
+
+
+def repeated(ids: list[str]) -> list[str]:
+    """The ids that occur more than once, sorted (none: one pass, no count per id)."""
+    if len(set(ids)) == len(ids):
+        return []
+    return sorted(i for i, n in Counter(ids).items() if n > 1)
 
 
 #: Names the launch geometry adds for every stage's fit rules (wino.launch.stage_launch).
@@ -393,13 +490,45 @@ def probe(rule: Rule, params: dict[str, Any]) -> None:
 
 
 def rules(scope: Scope | str, stage: str | None = None) -> list[Rule]:
-    scope, (_, book) = coerce(Scope, scope, "scope"), rule_book()
-    return [r for r in book if r.scope is scope and (stage is None or stage in r.stages)]
+    return list(_rules(coerce(Scope, scope, "scope"), stage))
+
+
+#: The rules of each (scope, stage), ``kept``: a check reads them, not the whole book.
+_BY_SCOPE: dict[tuple, tuple[Any, tuple[Rule, ...]]] = {}
+
+
+def _rules(scope: Scope, stage: str | None) -> tuple[Rule, ...]:
+    def make() -> tuple[Rule, ...]:
+        of_scope = rule_book()[1].of(scope)
+        return tuple(r for r in of_scope if stage is None or stage in r.stages)
+
+    return kept(_BY_SCOPE, (scope, stage), make)
+
+
+def may_read(scope: Scope, stage: str | None, name: str) -> bool:
+    """Whether a rule of ``scope`` (and ``stage``) may read ``name``: its condition's text
+    names it (or is not ASCII: ``_words`` cannot tell)."""
+    for rule in _rules(scope, stage):
+        words = _words(rule.when)
+        if words is None or name in words:
+            return True
+    return False
 
 
 # Namespaces ------------------------------------------------------------------------------------
 def spec_namespace(spec: StageSpec) -> dict[str, Any]:
-    return _spec_ns(spec, rule_book()[0])
+    return dict(_kept_spec_ns(spec))
+
+
+#: Spec namespaces by (spec, the declared axes), ``kept``: they depend on no problem, and a
+#: dispatch launches each spec it picks once per batch chunk and problem.
+_SPEC_NS: dict[tuple, tuple[Any, dict]] = {}
+
+
+def _kept_spec_ns(spec: StageSpec) -> dict[str, Any]:
+    """The spec's namespace as kept: read it, never change it."""
+    key = (spec, axes.declared())  # a spec's axis defaults are the declared axes'
+    return kept(_SPEC_NS, key, lambda: _spec_ns(spec, rule_book()[0]))
 
 
 def _spec_ns(spec: StageSpec, params: dict[str, Any]) -> dict[str, Any]:
@@ -443,8 +572,12 @@ _PROBLEM_NS: dict[tuple, tuple[Any, dict]] = {}
 
 
 def problem_namespace(problem: Problem, tile: Tile | None = None) -> dict[str, Any]:
-    ns = kept(_PROBLEM_NS, (problem, tile), lambda: _problem_ns(problem, rule_book()[0], tile))
-    return dict(ns)
+    return dict(_kept_problem_ns(problem, tile))
+
+
+def _kept_problem_ns(problem: Problem, tile: Tile | None) -> dict[str, Any]:
+    """The problem's namespace as kept: read it, never change it."""
+    return kept(_PROBLEM_NS, (problem, tile), lambda: _problem_ns(problem, rule_book()[0], tile))
 
 
 def _problem_ns(problem: Problem, params: dict[str, Any], tile: Tile | None = None) -> dict:
@@ -487,10 +620,10 @@ def spec_refusals(
 ) -> dict[Target | None, Refused | None]:
     """``spec_refusal`` for each of ``targets``, every condition evaluated at most once (the
     grid's expansion asks for every target)."""
-    ns = spec_namespace(spec)
+    ns = _kept_spec_ns(spec)
     out: dict[Target | None, Refused | None] = dict.fromkeys(targets)
     pending = list(targets)
-    for rule in rules(Scope.SPEC, spec.stage.short):
+    for rule in _rules(Scope.SPEC, spec.stage.short):
         hit = [t for t in pending if rule.applies_to(t)]
         if hit and rule.fires(ns):
             refusal = rule.refusal(ns)
@@ -521,8 +654,8 @@ _VERDICTS: dict[tuple, tuple[Any, Refused | None]] = {}
 
 
 def _problem_refusal(problem: Problem, tile: Tile | None) -> Refused | None:
-    ns = problem_namespace(problem, tile)
-    for rule in rules(Scope.PROBLEM):
+    ns = _kept_problem_ns(problem, tile)
+    for rule in _rules(Scope.PROBLEM, None):
         if rule.fires(ns):
             return rule.refusal(ns)
     return None
@@ -530,7 +663,7 @@ def _problem_refusal(problem: Problem, tile: Tile | None) -> Refused | None:
 
 def check_fit(spec: StageSpec, problem: Problem, derived: dict[str, Any]) -> None:
     """Raise Refused for the first fit rule (spec x problem, with the launch's derived sizes)."""
-    ns = {**problem_namespace(problem, spec.tile), **spec_namespace(spec), **derived}
-    for rule in rules(Scope.FIT, spec.stage.short):
+    ns = {**_kept_problem_ns(problem, spec.tile), **_kept_spec_ns(spec), **derived}
+    for rule in _rules(Scope.FIT, spec.stage.short):
         if rule.fires(ns):
             raise rule.refusal(ns)

@@ -99,6 +99,14 @@ def growth(mat: Matrix) -> Fraction:
     return max(sum(abs(x) for x in row) for row in mat)
 
 
+#: max over rows j of rowsum|Bt[j]| * rowsum|G[j]| for F(m, 3), per m of POINTS (the rows of
+#: ``matrices``: row j of Bt holds prod_{l != j} (x - a_l), row j of G is a_j^k / f_j; the
+#: infinity row prod_l (x - a_l) and (0, 0, 1)). Tabulated: a first dispatch reads them (the
+#: ``fp16_m_range`` rule's namespace), and exact arithmetic over the points cost it 60-90 us;
+#: tests/test_fp16_m.py derives each from the matrices.
+ROW_GROWTH: dict[int, Fraction] = {2: Fraction(3), 4: Fraction(10), 6: Fraction(56, 3)}
+
+
 @cache
 def m_growth(mh: int, mw: int) -> Fraction:
     """How much one input channel can add to |M| per bin in F(mh x mw, 3x3), per unit of max|x|
@@ -106,19 +114,7 @@ def m_growth(mh: int, mw: int) -> Fraction:
     rowsum|Bt_h[i]| rowsum|G_h[i]| rowsum|Bt_w[j]| rowsum|G_w[j]|
     (|V| <= rowsum|Bt| x rowsum|Bt| max|d|, |U| <= rowsum|G| x rowsum|G| max|g|). F2x2 9,
     F4x4 100, F6x6 348 4/9: the sum over C/G channels stays below C/G times this."""
-    return _row_growth(mh) * _row_growth(mw)
-
-
-@cache
-def _row_growth(m: int) -> Fraction:
-    """max over rows j of rowsum|Bt[j]| * rowsum|G[j]| for F(m, 3), from the points alone
-    (the rows of ``matrices``: row j of Bt holds prod_{l != j} (x - a_l), row j of G is
-    a_j^k / f_j; the infinity row prod_l (x - a_l) and (0, 0, 1)). One Fraction per row, not
-    the matrices' hundred: a first dispatch pays this (the ``fp16_m_range`` rule)."""
-    points = _points(m)
-    rows = []
-    for aj, others, f_j in _point_rows(points):
-        g_sum = Fraction(sum(abs(aj) ** k for k in range(R))) / abs(f_j)
-        rows.append(sum(abs(c) for c in _coefficients(others)) * g_sum)
-    rows.append(Fraction(sum(abs(c) for c in _coefficients(points))))
-    return max(rows)
+    for m in (mh, mw):
+        if m not in ROW_GROWTH:
+            raise ValueError(f"F({m},3): no interpolation points; supported m are {sorted(POINTS)}")
+    return ROW_GROWTH[mh] * ROW_GROWTH[mw]

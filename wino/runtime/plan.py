@@ -372,12 +372,11 @@ def _pick_algorithm(
     algorithm: str | None,
     specs,
     problem: Problem | None = None,
-    target: Target | None = None,
-    db: Path | None = None,
+    recorded: tuple[str, str] | None = None,
 ) -> tuple[str, str]:
     """(plan kind, why): the caller's algorithm (or specs, whose stages decide it); else the
-    tuning DB's recorded winner for the problem; else grids/algorithms.yaml's first rule that
-    holds (wino.algorithms)."""
+    tuning DB's recorded winner for the problem (``recorded``: tuning.kind_of); else
+    grids/algorithms.yaml's first rule that holds (wino.algorithms)."""
     if algorithm is not None and algorithm not in ALGORITHMS:
         raise ValueError(
             f"algorithm {algorithm!r}: expected one of {ALGORITHMS} or None (dispatch chooses)"
@@ -390,7 +389,6 @@ def _pick_algorithm(
         return KIND_OF[algorithm], f"forced by algorithm={algorithm!r}"
     if problem is None:
         return "unfused2d_rt", "no problem given: the unfused pipeline"
-    recorded = tuning.recorded_kind(problem, target, path=db) if target and db else None
     if recorded is not None:
         return recorded
     choice = algorithms.choose(problem)
@@ -456,23 +454,25 @@ def _dispatch(
         found = cache.manifest_location(target, cache_root)
     except FileNotFoundError:  # no cache: a refusal still says what is wrong with the problem
         kind = (*_pick_algorithm(algorithm, specs, problem), algorithm, epilogue)
-        _assemble(
-            problem, target, tile, batch_split, workspace_limit, cache_root, specs, None, kind
-        )
+        tuned = None if specs is not None else tuning.entry(problem, target, cache_root)
+        args = (problem, target, tile, batch_split, workspace_limit, cache_root, specs)
+        _assemble(*args, None, kind, tuned)
         raise
     db = tuning.beside(found[0])  # the tuning DB of the cache found, not of the write folder
     # first (once per file version): its index stamps the declared files the rules read
     manifest = cache.read_manifest(*found)
+    db_key = cache._file_key(db)  # the DB is read once a call, as of this state
+    tuned = None if specs is not None else tuning.entry_at(problem, target, db, db_key)
     # (plan kind, why, as asked, epilogue)
-    kind = (*_pick_algorithm(algorithm, specs, problem, target, db), algorithm, epilogue)
+    picked = _pick_algorithm(algorithm, specs, problem, tuning.kind_of(tuned, db))
+    kind = (*picked, algorithm, epilogue)
     key = (problem, target, tile, batch_split, workspace_limit, cache_root, frozen, kind)
-    state = (found, (db, cache._file_key(db)))
+    state = (found, (db, db_key))
     hit = _PLANS.get(key)
     if hit is not None and hit[0] == state:
         return hit[1]
-    plan = _assemble(
-        problem, target, tile, batch_split, workspace_limit, cache_root, specs, manifest, kind
-    )
+    args = (problem, target, tile, batch_split, workspace_limit, cache_root, specs)
+    plan = _assemble(*args, manifest, kind, tuned)
     if len(_PLANS) >= PLAN_CACHE_SIZE:
         _PLANS.pop(next(iter(_PLANS)))  # the oldest
     _PLANS[key] = (state, plan)
@@ -519,26 +519,26 @@ def _assemble(
     specs: dict[Stage, StageSpec] | None,
     manifest: cache.Manifest | None,
     kind: tuple[str, str, str | None],
+    tuned: dict | None,
 ) -> Plan:
     """The plan from the manifest ``_dispatch`` read (None: no cache was found; the problem is
-    checked, then FileNotFoundError says where the runtime looked)."""
+    checked, then FileNotFoundError says where the runtime looked) and the problem's tuning DB
+    entry (``tuned``: None without one, or with the caller's specs)."""
     plan_kind, reason, algorithm, epilogue = kind
     fused = plan_kind == "fused2d_rt"
     caller_tile = tile
-    db = None if manifest is None else tuning.beside(manifest.path)
-    recorded = tuning.recorded_kind(problem, target, cache_root, db) if specs is None else None
-    use_db = recorded is not None and recorded[0] == plan_kind  # the DB's winner is this kind
+    use_db = tuned is not None and tuning.plan_kind(tuned) == plan_kind  # the DB's winner
     if specs is not None:
         tile = _specs_tile(specs, tile)
     else:
-        best = tuning.best_tile(problem, target, cache_root, db) if use_db else None
+        best = tuning.tile_of(tuned) if use_db else None
         tile = tile or best or default_tile(problem)
     check_problem(problem, tile)  # the index rule against the tile that will run
     if manifest is None:
         manifest = cache.find_manifest(target, cache_root)  # raises FileNotFoundError
     source = "caller"
     if specs is None and use_db:
-        specs, source = tuning.lookup(problem, target, tile, cache_root, db), "tuning DB"
+        specs, source = tuning.specs_of(tuned, tile), "tuning DB"
         if specs is not None and epilogue is not Epilogue.NONE and fused:
             specs = None  # a recorded kf without the epilogue: the default fused pick has it
         if specs is not None and epilogue is not Epilogue.NONE:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from functools import lru_cache
 from pathlib import Path
 
 from .. import cache, config
@@ -29,9 +30,11 @@ def problem_key(problem: Problem) -> str:
 _LOADED: dict[Path, tuple[tuple[int, int, int] | None, dict]] = {}
 
 
+@lru_cache(maxsize=64)
 def beside(manifest_path: Path) -> Path:
     """The tuning DB of the target folder holding ``manifest_path`` (<target>/<flavor>/): the
-    DB ``dispatch`` follows is the one beside the cache it found on the search path."""
+    DB ``dispatch`` follows is the one beside the cache it found on the search path (kept per
+    path: a dispatch asks for it each call)."""
     return Path(manifest_path).parent.parent / TUNING
 
 
@@ -62,6 +65,12 @@ def load(target: Target, root: Path | None = None) -> dict:
 
 def _loaded(target: Target, root: Path | None = None, path: Path | None = None) -> dict:
     path, key = state(target, root, path)
+    return _parsed(target, path, key)
+
+
+def _parsed(target: Target, path: Path, key: tuple[int, int, int] | None) -> dict:
+    """The DB at ``path`` whose file key is ``key`` (None: absent), parsed and validated once
+    per version of the file."""
     if key is None:
         return {"format": 1, "target": target.value, "entries": {}}
     hit = _LOADED.get(path)
@@ -74,14 +83,34 @@ def _loaded(target: Target, root: Path | None = None, path: Path | None = None) 
     return data
 
 
+def entry(
+    problem: Problem, target: Target, root: Path | None = None, path: Path | None = None
+) -> dict | None:
+    """The problem's entry in the target's DB (``path`` when given, else the build folder's),
+    or None."""
+    return _loaded(target, root, path)["entries"].get(problem_key(problem))
+
+
+def entry_at(
+    problem: Problem, target: Target, path: Path, key: tuple[int, int, int] | None
+) -> dict | None:
+    """The problem's entry in the DB at ``path`` whose file key the caller read (``key``,
+    cache._file_key: dispatch reads the DB once a call, and keys its plan by that key)."""
+    return _parsed(target, path, key)["entries"].get(problem_key(problem))
+
+
 def lookup(
     problem: Problem, target: Target, tile: Tile, root: Path | None = None, path: Path | None = None
 ) -> dict[Stage, StageSpec] | None:
-    entry = _loaded(target, root, path)["entries"].get(problem_key(problem))
-    if entry is None or entry["tile"] != tile.name:
+    return specs_of(entry(problem, target, root, path), tile)
+
+
+def specs_of(found: dict | None, tile: Tile) -> dict[Stage, StageSpec] | None:
+    """The specs of a DB entry (``found``) when it is of ``tile``, else None."""
+    if found is None or found["tile"] != tile.name:
         return None
     return {
-        Stage(stage): spec_from_fields(stage, fields) for stage, fields in entry["specs"].items()
+        Stage(stage): spec_from_fields(stage, fields) for stage, fields in found["specs"].items()
     }
 
 
@@ -90,22 +119,34 @@ def recorded_kind(
 ) -> tuple[str, str] | None:
     """(plan kind, why) of the problem's recorded winner (a kf spec makes it fused2d_rt), or
     None when the DB has no entry for the problem."""
-    entry = _loaded(target, root, path)["entries"].get(problem_key(problem))
-    if entry is None:
-        return None
-    kind = "fused2d_rt" if Stage.FUSED.short in entry["specs"] else "unfused2d_rt"
     where = db_path(target, root) if path is None else path
-    return kind, (
-        f"the tuning DB's recorded winner for this problem ({entry['tile']}, "
-        f"{entry['time_us']:g} us; {where})"
+    return kind_of(entry(problem, target, root, path), where)
+
+
+def kind_of(found: dict | None, where: Path) -> tuple[str, str] | None:
+    """(plan kind, why) of a DB entry (``found``, of the DB at ``where``), or None."""
+    if found is None:
+        return None
+    return plan_kind(found), (
+        f"the tuning DB's recorded winner for this problem ({found['tile']}, "
+        f"{found['time_us']:g} us; {where})"
     )
+
+
+def plan_kind(found: dict) -> str:
+    """The plan kind of a DB entry's winner: a kf spec makes it fused2d_rt."""
+    return "fused2d_rt" if Stage.FUSED.short in found["specs"] else "unfused2d_rt"
 
 
 def best_tile(
     problem: Problem, target: Target, root: Path | None = None, path: Path | None = None
 ) -> Tile | None:
-    entry = _loaded(target, root, path)["entries"].get(problem_key(problem))
-    return Tile.parse(entry["tile"]) if entry else None
+    return tile_of(entry(problem, target, root, path))
+
+
+def tile_of(found: dict | None) -> Tile | None:
+    """The tile of a DB entry (``found``), or None."""
+    return Tile.parse(found["tile"]) if found else None
 
 
 def record(
