@@ -211,3 +211,11 @@ def test_direction_forward_only():
         forward_only(problems, Direction.BWD)
     with pytest.raises(ValueError, match="expected one of fwd, bwd, wrw"):
         Direction.parse("up")
+
+
+def test_vars_hold_the_fields_only():
+    """Callers rebuild a problem from ``vars(p)`` (``Problem(**{**vars(p), "dtype": ...})``): the
+    derived extents (Ho, Wo) must not land in its __dict__ once read."""
+    p = Problem(N=1, C=8, H=9, W=7, K=4, pad_h=1, pad_w=1)
+    assert (p.Ho, p.Wo) == (9, 7)
+    assert Problem(**vars(p)) == p

@@ -99,7 +99,8 @@ def first_call_phases(problem: Problem, target: Target, cache_root) -> list[tupl
     def rank():
         tuned = tuning.best_tile(problem, target, cache_root, tuning.beside(manifest.path))
         tile = tuned or plan_module.default_tile(problem)
-        return pick.default_stage_specs(problem, tile, ranking=plan_module._ranking(manifest))
+        ranking = plan_module._ranking(manifest)  # the target's own order and storage
+        return pick.default_stage_specs(problem, tile, ranking=ranking, target=target)
 
     manifest = timed("manifest", lambda: cache.find_manifest(target, cache_root))
     timed("rules and YAML", lambda: (refusals.rule_book(), config.declared("stages")))
