@@ -10,7 +10,6 @@ import numbers
 import shlex
 from dataclasses import dataclass, fields, replace
 from enum import Enum
-from functools import cached_property
 
 from .vocab import DType, coerce
 
@@ -174,15 +173,12 @@ class Problem:
             )
 
     # Derived extents -------------------------------------------------------------------------
-    @cached_property
+    @property
     def Ho(self) -> int:
-        """Output rows (computed once: a problem is immutable, and a dispatch reads its output
-        extents a few dozen times)."""
         return (self.H + 2 * self.pad_h - self.dil_h * (self.R - 1) - 1) // self.stride_h + 1
 
-    @cached_property
+    @property
     def Wo(self) -> int:
-        """Output columns (computed once, as ``Ho``)."""
         return (self.W + 2 * self.pad_w - self.dil_w * (self.S - 1) - 1) // self.stride_w + 1
 
     @property
