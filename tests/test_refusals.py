@@ -672,16 +672,19 @@ def test_a_rule_names_its_file_and_line_when_a_message_shows_it():
 
 
 def test_a_verdict_is_kept_per_the_values_and_types_the_condition_reads(monkeypatch):
-    """A rule met again with the same values of the names it reads is not evaluated again;
-    other values are; names it does not read do not matter; a bool is not the int it equals
-    (arithmetic refuses it), and a condition that raises or reads an unhashable value keeps
-    nothing."""
+    """A condition met again with the same values of the names it reads (by any rule of that
+    text) is not evaluated again; other values are; names it does not read do not matter; a
+    bool is not the int it equals (arithmetic refuses it), and a condition that raises or
+    reads an unhashable value keeps nothing."""
     calls = []
     real = refusals.evaluate
     monkeypatch.setattr(refusals, "evaluate", lambda code, ns: calls.append(1) or real(code, ns))
+    monkeypatch.setattr(refusals, "_CONDITION_VERDICTS", {})
     rule = Rule("kept", "spec", ("k1",), "block * 2 > limit", "a message long enough")
     assert rule.fires({"block": 3, "limit": 5}) is True
     assert rule.fires({"block": 3, "limit": 5, "vec": 8}) is True and len(calls) == 1
+    twin = Rule("twin", "fit", ("k2",), "block * 2 > limit", "another message")  # same text
+    assert twin.fires({"block": 3, "limit": 5}) is True and len(calls) == 1
     assert rule.fires({"block": 2, "limit": 5}) is False and len(calls) == 2
     for _ in range(2):
         with pytest.raises(ConfigError, match="takes numbers"):

@@ -161,7 +161,8 @@ class Stamp:
     read in (``read_settled``; None: the file is hashed to tell), the validated data's
     top-level keys, and ``part``, which reads the data of one of them (on first use: a
     dispatch reads the default pick order and the problem and fit rules, not the sub-grids or
-    the spec rules)."""
+    the spec rules; wino.cache's keeps the index it came from open, so a part is read from
+    the file the stamp describes even after a new index is published)."""
 
     sha256: str
     schema_sha256: str
@@ -201,7 +202,8 @@ def declared(kind: str) -> Any:
 
 
 def declared_part(kind: str, key: str) -> Any:
-    """``declared(kind).get(key)``, of a stamp read that part alone."""
+    """``declared(kind).get(key)``; from a stamp, that part alone is read (a dispatch reads
+    the default pick order, not the sub-grids beside it)."""
     return _reading(kind).part(key)
 
 

@@ -188,7 +188,6 @@ class Rule:
             where = f"rule {self.id}: targets"
             targets = tuple(coerce(Target, t, where) for t in self.targets)
             object.__setattr__(self, "targets", targets)
-        object.__setattr__(self, "_verdicts", {})  # ``fires``'s, by inputs (not a field)
 
     def applies_to(self, target: Target | None) -> bool:
         """Whether the rule refuses on ``target``; every rule does for None (a spec no rule
@@ -214,22 +213,24 @@ class Rule:
             raise self._error(f"condition uses unknown name(s) {sorted(missing)}")
 
     def fires(self, namespace: dict[str, Any]) -> bool:
-        """Whether the condition holds in ``namespace``. The verdict is kept per the values,
-        and their types, of the names the condition reads (``_inputs``): a rule that meets the
-        same inputs again (a spec's launch for another problem, the problem rules of another
-        batch) is looked up, not evaluated; a condition that raises keeps nothing."""
+        """Whether the condition holds in ``namespace``. The verdict is kept per condition
+        text and the values, and their types, of the names it reads (``_inputs``; what else it
+        depends on is fixed: the evaluator, its operators and helpers): a condition that meets
+        the same inputs again (a spec's launch for another problem, the problem rules of
+        another batch, the same text in another stage's rule) is looked up, not evaluated; one
+        that raises keeps nothing."""
         code = self.code  # a syntax error or a forbidden construct is a ConfigError first
         key = _inputs(self.when, namespace)
         try:
-            verdict = None if key is None else self._verdicts.get(key)
+            verdict = None if key is None else _CONDITION_VERDICTS.get(key)
         except TypeError:  # an unhashable value: evaluated, not kept
             key = verdict = None
         if verdict is None:
             verdict = self._evaluate(code, namespace)
             if key is not None:
-                if len(self._verdicts) >= KEPT_LIMIT:
-                    self._verdicts.clear()
-                self._verdicts[key] = verdict
+                if len(_CONDITION_VERDICTS) >= KEPT_LIMIT:
+                    _CONDITION_VERDICTS.clear()
+                _CONDITION_VERDICTS[key] = verdict
         return verdict
 
     def _evaluate(self, code: ast.Expression, namespace: dict[str, Any]) -> bool:
@@ -284,15 +285,19 @@ _ABSENT = object()
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+#: Condition verdicts by ``_inputs`` key (``Rule.fires``), emptied past KEPT_LIMIT entries.
+_CONDITION_VERDICTS: dict[tuple, bool] = {}
+
+
 def _inputs(expression: str, namespace: dict[str, Any]) -> tuple | None:
-    """The values in ``namespace`` of the names a condition may read, and their types (1, 1.0
-    and True are equal keys but not equal inputs: arithmetic refuses a bool, ``is_pow2`` a
-    float); None for a condition with non-ASCII text (not kept)."""
+    """A condition's text, the values in ``namespace`` of the names it may read, and their
+    types (1, 1.0 and True are equal keys but not equal inputs: arithmetic refuses a bool,
+    ``is_pow2`` a float); None for a condition with non-ASCII text (not kept)."""
     names = _words(expression)
     if names is None:
         return None
     values = tuple(map(namespace.get, names, repeat(_ABSENT)))
-    return values + tuple(map(type, values))
+    return (expression, *values, *map(type, values))
 
 
 @cache
