@@ -103,6 +103,28 @@ def test_lds_rows_k2_is_bit_identical_to_the_held_window(root, case):
     problem = Problem(**PROBLEMS[label], dtype=dtype)
     x, w = rf.inputs(problem, np.random.default_rng(len(label) + tile.bins))
     x[0, 0, 0, 0] *= 1000  # one tile's max far above its neighbours' (halo columns shared)
+    _assert_paths_agree(root, case, x, w)
+
+
+@pytest.mark.parametrize("prescale", [Prescale.FUSED, Prescale.SPLIT])
+def test_fp16_scale_after_the_transform_changes_no_bit(root, prescale):
+    """fp16 io on the LDS-rows path scales the bins, the held window scales the window: equal
+    bit for bit even where the tile scales are largest (mostly fp16 subnormals: scales of 2^18
+    and up) and next to a tile of 2000 (scale 2^-11)."""
+    case = ("odd", Tile(4, 4), "fp16", Target.CUDA, prescale)
+    problem = Problem(**PROBLEMS["odd"], dtype="fp16")
+    x, w = rf.inputs(problem, np.random.default_rng(7))
+    x = (x.astype(np.float32) * 2.0**-20).astype(np.float16)  # mostly fp16 subnormals
+    x[1, 4, 5, 3] = np.float16(2000.0)  # y stays finite (C = 16 N(0,1) weights)
+    assert (np.abs(x) < np.finfo(np.float16).tiny).mean() > 0.5
+    _assert_paths_agree(root, case, x, w)
+
+
+def _assert_paths_agree(root, case, x, w):
+    """y, V and the tile scales of the held-window K2 and the LDS-rows K2 of the case, over
+    poisoned buffers (every element written), are bit-identical."""
+    label, tile, dtype, _, _ = case
+    problem = Problem(**PROBLEMS[label], dtype=dtype)
     outs = []
     for path in (K2Path.REGISTER, K2Path.LDS_ROWS):
         specs = _specs(case, path)
