@@ -83,18 +83,7 @@ def test_fp32_extremes_on_the_split_paths(root, path):
     "tile",
     [
         Tile(2, 2),
-        pytest.param(
-            Tile(6, 6),
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="known (H200, stop 12; also at af1c29f): V of the scaled K2 differs from "
-                "the unscaled one by up to 5.7e-6 (|V| ~ 300), U is equal: most likely nvcc "
-                "contracts the window's scale multiply into the F6x6 transform's FMAs (double "
-                "rounding where "
-                "the unscaled kernel rounds once). Fix: an uncontracted multiply (__fmul_rn) as "
-                "a renderer primitive for the scale",
-            ),
-        ),
+        Tile(6, 6),  # the scale an uncontracted product (r.exact_mul): contracted, bits moved
     ],
     ids=str,
 )

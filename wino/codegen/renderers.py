@@ -58,6 +58,12 @@ class Renderer:
     # hoisted to the top (live all at once: spills). Every thread of the warp must reach it.
     # The host runs a block's threads one at a time: nothing to order.
     warp_order_call = ""
+    # A product the compiler never fuses into a following add (the tile and filter scales):
+    # were x * s contracted into the transform's first sum, fma(x, s, c * y) would round c * y
+    # where the unscaled sum fma(c, y, x) rounds nothing, and a power-of-two scale would change
+    # bits. The host compiles with contraction off; HIP has no such intrinsic without the ROCm
+    # headers (-nogpuinc), so its product is plain (compile-only there, not verified).
+    exact_mul_format = "({a}) * ({b})"
 
     def __init__(self, baked: dict[str, int] | None = None):
         self.baked = baked  # a problem's kernargs baked in as constants (the JIT route)
@@ -171,6 +177,10 @@ class Renderer:
 
     def barrier(self) -> str:
         return "}\n  " + self.barrier_call + "\n  {"
+
+    def exact_mul(self, a: str, b: str) -> str:
+        """``a * b`` rounded once, never contracted with a neighbouring add."""
+        return self.exact_mul_format.format(a=a, b=b)
 
     def warp_order(self) -> str:
         """A statement memory accesses are not moved across (the warp's threads all reach it)."""
@@ -403,6 +413,7 @@ class CudaRenderer(Renderer):
     restrict = "__restrict__"
     fabs = "fabsf"
     fmax = "fmaxf"
+    exact_mul_format = "__fmul_rn({a}, {b})"
     unroll = "#pragma unroll"
     no_unroll = "#pragma unroll 1"
     shared_qualifier = "__shared__ "
