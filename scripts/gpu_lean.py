@@ -165,7 +165,7 @@ def build() -> None:
         for v in variants(p).values():
             specs |= set(v.values())
         if any(v.startswith("rows") for v in VARIANTS):  # every LDS-rows K2 (rowstages)
-            specs |= set(lds_rows(p, 8)) | set(lds_rows(p, 4)) | {split_prescale(p)}
+            specs |= {s for vec in (8, 4, 2) for s in lds_rows(p, vec)} | {split_prescale(p)}
         if os.environ.get("WINO_LEAN_CANDIDATES", "1") != "0":  # 0: the variants' kernels only
             by = k2_candidates(p)
             specs |= set(by[Stage.INPUT]) | set(by[Stage.PRESCALE]) | set(by[Stage.OUTPUT])
@@ -310,7 +310,8 @@ def split_prescale(problem: Problem):
 
 def rows_stages() -> None:
     """The default K2 and every LDS-rows K2 of each layer (grid order: fused, fewest lanes
-    first; vec 8 then 4), each timed alone, as % of the copy bandwidth."""
+    first; vec 8, 4, then 2; held and streamed), each timed alone, as % of the copy
+    bandwidth."""
     device = open_device(TARGET, ROOT)
     copy = device.copy_gbs()
     print(f"copy bandwidth {copy:.0f} GB/s")
@@ -319,7 +320,7 @@ def rows_stages() -> None:
         prober = Prober(device, p, operands, ROOT)
         base = variants(p)["new"]
         k2a = base.get(Stage.PRESCALE) or split_prescale(p)
-        for spec in (base[Stage.INPUT], *lds_rows(p, 8), *lds_rows(p, 4)):
+        for spec in (base[Stage.INPUT], *lds_rows(p, 8), *lds_rows(p, 4), *lds_rows(p, 2)):
             _print_candidate(prober, base, Stage.INPUT, spec, k2a, copy)
         prober.release()
 

@@ -7,7 +7,8 @@
 ``build`` and ``run`` take ``--target c`` to smoke-test the driver on the host (numpy arrays).
 
 The set: every tile's default pick for fp16 (fused prescale), bf16 and fp32 at F4x4, the wide-C
-split prescale (K2a), a vec-1 split register K2, and every LDS-region K2 of the grid for fp16.
+split prescale (K2a), a vec-1 split register K2, and every LDS-region K2 of the grid for fp16
+and its LDS-rows K2 whose region holds C = 64 (one per tile, vector and stream).
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def cases() -> list[tuple[str, Problem, dict]]:
     for k2 in aot_stage_specs(Stage.INPUT):
         if k2.io is not DType.FP16:
             continue
-        if k2.path is K2Path.LDS or (k2.vec == 1 and k2.prescale is Prescale.SPLIT):
+        rows = k2.path is K2Path.LDS_ROWS and k2.lds_lanes * k2.vec == SMALL.C  # one region
+        if rows or k2.path is K2Path.LDS or (k2.vec == 1 and k2.prescale is Prescale.SPLIT):
             out.append((f"forced {k2.name}", SMALL, _forced(SMALL, k2)))
     return out
 

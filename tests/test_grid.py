@@ -272,6 +272,9 @@ def _assert_narrowed(problem: Problem, tile, picks, target: Target = Target.C) -
         assert problem.C % picks[Stage.PRESCALE].vec == 0
     for spec in picks.values():
         stage_launch(spec, problem)
+    if k2.path is K2Path.LDS_ROWS:
+        _assert_fewest_lanes(problem, k2, in_grid)
+        return
     lanes = problem.C // k2.vec
     if k2.prescale is Prescale.NONE:  # fp16 io stored in fp32 (the c target's pick)
         assert (problem.dtype, k2.xdtype) == (DType.FP16, DType.FP32)
@@ -290,6 +293,14 @@ def _assert_narrowed(problem: Problem, tile, picks, target: Target = Target.C) -
         unscaled = k2.prescale is Prescale.NONE
         wide = replace(k2, vec=v, block=256, prescale=Prescale.NONE if unscaled else Prescale.SPLIT)
         assert not in_grid(wide), (v, k2.name)
+
+
+def _assert_fewest_lanes(problem: Problem, k2, in_grid) -> None:
+    """An LDS-rows pick stages all C (the fused prescale) in the smallest region that holds
+    them: the grid's next narrower region (half the lanes, twice the tiles) would not."""
+    assert k2.prescale is Prescale.FUSED and problem.C <= k2.lds_lanes * k2.vec
+    narrower = replace(k2, lds_lanes=k2.lds_lanes // 2, lds_width=k2.lds_width * 2)
+    assert not in_grid(narrower) or problem.C > narrower.lds_lanes * k2.vec, k2.name
 
 
 @pytest.mark.parametrize("target", [Target.C, Target.CUDA], ids=lambda t: t.value)

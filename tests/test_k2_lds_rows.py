@@ -1,5 +1,6 @@
 """K2's LDS-rows path (path ldsrow): a workgroup stages a row of tiles' windows in shared memory
-with 16-byte copies and a thread transforms one row of bins of one tile from there. On the host
+with 16-byte copies and a thread transforms one tile from there, holding its window (stream 0)
+or one row of bins at a time (stream 1). On the host
 it computes the same sums in the same order as the register path's held window, so V, the tile
 scales and y are bit-identical to it (the C target keeps FMA contraction off): fused, split and
 no prescale, fp16 and fp32 storage, odd extents, partial rows of tiles and channel chunks,
@@ -40,16 +41,21 @@ MODES = (
     (Target.CUDA, Prescale.SPLIT),
     (Target.C, None),  # the c target's own prescale: none for fp16, fused for bf16
 )
+#: The LDS-rows transform: 0 holds the tile's window, 1 streams one row of bins at a time.
+STREAMS = (0, 1)
 CASES = [
-    (label, tile, dtype, target, prescale)
+    (label, tile, dtype, target, prescale, stream)
     for label in PROBLEMS
     for tile in TILES
     for dtype in ("fp16", "bf16")
     for target, prescale in MODES
+    for stream in STREAMS
 ]
 
 
-def _lds_rows(tile: Tile, problem: Problem, k2: RtInputSpec, prescale: Prescale, vec: int):
+def _lds_rows(
+    tile: Tile, problem: Problem, k2: RtInputSpec, prescale: Prescale, vec: int, stream: int
+):
     """The LDS-rows spec of the case: 8 tiles along a row (4 past 4 output columns), enough
     lanes for all C when fused, 64-channel chunks otherwise."""
     width = 8 if tile.mw <= 4 else 4
@@ -64,18 +70,19 @@ def _lds_rows(tile: Tile, problem: Problem, k2: RtInputSpec, prescale: Prescale,
         lds_lanes=lanes,
         lds_width=width,
         prescale=prescale,
+        extra={"stream": stream} if stream else {},
     )
 
 
 def _specs(case, path: K2Path) -> dict:
-    label, tile, dtype, target, prescale = case
+    label, tile, dtype, target, prescale, stream = case
     problem = Problem(**PROBLEMS[label], dtype=dtype)
     specs = default_stage_specs(problem, tile, target=target)
     k2 = specs[Stage.INPUT]
     prescale = k2.prescale if prescale is None else prescale
     if path is K2Path.LDS_ROWS:  # vec 8 and vec 4 in turn
         vec = 8 if (len(label) + tile.bins) % 2 else 4
-        k2 = _lds_rows(tile, problem, k2, prescale, vec)
+        k2 = _lds_rows(tile, problem, k2, prescale, vec, stream)
     else:  # the held window at the widest vector its registers allow
         vec = next(v for v in (4, 2, 1) if tile.bins * v <= 144 and problem.Cg % v == 0)
         k2 = k2.replace(
@@ -99,7 +106,7 @@ def root(tmp_path_factory):
     "case", CASES, ids=lambda c: "-".join(str(getattr(v, "value", v)) for v in c)
 )
 def test_lds_rows_k2_is_bit_identical_to_the_held_window(root, case):
-    label, tile, dtype, _, _ = case
+    label, tile, dtype = case[:3]
     problem = Problem(**PROBLEMS[label], dtype=dtype)
     x, w = rf.inputs(problem, np.random.default_rng(len(label) + tile.bins))
     x[0, 0, 0, 0] *= 1000  # one tile's max far above its neighbours' (halo columns shared)
@@ -108,10 +115,10 @@ def test_lds_rows_k2_is_bit_identical_to_the_held_window(root, case):
 
 @pytest.mark.parametrize("prescale", [Prescale.FUSED, Prescale.SPLIT])
 def test_fp16_scale_after_the_transform_changes_no_bit(root, prescale):
-    """fp16 io on the LDS-rows path scales the bins, the held window scales the window: equal
-    bit for bit even where the tile scales are largest (mostly fp16 subnormals: scales of 2^18
-    and up) and next to a tile of 2000 (scale 2^-11)."""
-    case = ("odd", Tile(4, 4), "fp16", Target.CUDA, prescale)
+    """fp16 io on the streamed LDS-rows path scales the bins, the held window scales the
+    window: equal bit for bit even where the tile scales are largest (mostly fp16 subnormals:
+    scales of 2^18 and up) and next to a tile of 2000 (scale 2^-11)."""
+    case = ("odd", Tile(4, 4), "fp16", Target.CUDA, prescale, 1)
     problem = Problem(**PROBLEMS["odd"], dtype="fp16")
     x, w = rf.inputs(problem, np.random.default_rng(7))
     x = (x.astype(np.float32) * 2.0**-20).astype(np.float16)  # mostly fp16 subnormals
@@ -123,7 +130,7 @@ def test_fp16_scale_after_the_transform_changes_no_bit(root, prescale):
 def _assert_paths_agree(root, case, x, w):
     """y, V and the tile scales of the held-window K2 and the LDS-rows K2 of the case, over
     poisoned buffers (every element written), are bit-identical."""
-    label, tile, dtype, _, _ = case
+    label, tile, dtype = case[:3]
     problem = Problem(**PROBLEMS[label], dtype=dtype)
     outs = []
     for path in (K2Path.REGISTER, K2Path.LDS_ROWS):
@@ -178,7 +185,9 @@ def test_grid_lds_rows_specs_fit_their_budget():
         assert launch.shared_bytes == lds_bytes(spec)
 
 
-BASE = RtInputSpec(Tile(4, 4), DType.FP16, DType.FP16, 8, 64, K2Path.LDS_ROWS, 8, 8)
+BASE = RtInputSpec(
+    Tile(4, 4), DType.FP16, DType.FP16, 8, 64, K2Path.LDS_ROWS, 8, 8, extra={"stream": 1}
+)
 
 
 @pytest.mark.parametrize(
@@ -188,7 +197,7 @@ BASE = RtInputSpec(Tile(4, 4), DType.FP16, DType.FP16, 8, 64, K2Path.LDS_ROWS, 8
         (dict(lds_width=3), "ldsrow_items_not_warp_multiple"),
         (dict(vec=1, lds_lanes=4, lds_width=8), "ldsrow_chunk_not_16_bytes"),
         (dict(lds_lanes=32, lds_width=8), "ldsrow_bytes_over_limit"),
-        (dict(extra={"stream": 1}, vec=4, lds_lanes=16), "stream_needs_register_path"),
+        (dict(extra={}), "input_window_registers"),  # held: 36 bins x vec 8 past 144 values
     ],
 )
 def test_lds_rows_spec_refusals(change, rule):

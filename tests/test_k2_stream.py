@@ -92,7 +92,7 @@ def test_rows_split_the_held_transform():
     [
         (dict(tile=Tile(6, 4)), "streamed_registers"),
         (dict(vec=8), "streamed_registers"),
-        (dict(path=K2Path.LDS, lds_lanes=16, lds_width=4, block=64), "stream_needs_register_path"),
+        (dict(path=K2Path.LDS, lds_lanes=16, lds_width=4, block=64), "stream_not_on_lds_path"),
     ],
 )
 def test_streamed_refusals(change, rule):

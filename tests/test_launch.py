@@ -325,7 +325,18 @@ def test_every_element_written_exactly_once(tile_index, tile, vec):
 
 
 _LDS_ROWS = [
-    RtInputSpec(Tile(4, 4), DType.FP16, DType.FP16, 8, 64, K2Path.LDS_ROWS, 8, 8, Prescale.SPLIT),
+    RtInputSpec(
+        Tile(4, 4),
+        DType.FP16,
+        DType.FP16,
+        8,
+        64,
+        K2Path.LDS_ROWS,
+        8,
+        8,
+        Prescale.SPLIT,
+        {"stream": 1},
+    ),
     RtInputSpec(Tile(2, 4), DType.FP32, DType.FP32, 4, 32, K2Path.LDS_ROWS, 4, 8, Prescale.NONE),
     RtInputSpec(Tile(6, 2), DType.FP16, DType.FP16, 2, 64, K2Path.LDS_ROWS, 32, 2, Prescale.FUSED),
 ]

@@ -80,12 +80,15 @@ def test_every_candidate_is_in_the_grid_and_the_order_is_total():
             ranked = pick.candidates(stage, tile, DType.FP16, DType.FP16)
             assert ranked, (stage, tile)
             assert len({s.name for s in ranked}) == len(ranked)
-            # vec is the first axis everywhere but K4, where the M dtype (fp16 first) and then
-            # vec 2, 4, 8, 1 lead
-            order = [2, 4, 8, 1]
+            # vec is the first axis of K1 and K2a; K2 is led by the path (LDS rows, then the
+            # register path) and the held window before the streamed one, then vec; K4 by the M
+            # dtype (fp16 first), then vec 2, 4, 8, 1
+            order, paths = [2, 4, 8, 1], [K2Path.LDS_ROWS, K2Path.REGISTER]
             keys = [
                 (s.accdtype is not DType.FP16, order.index(s.vec))
                 if stage is Stage.OUTPUT
+                else (paths.index(s.path), s.stream, -s.vec)
+                if stage is Stage.INPUT
                 else -s.vec
                 for s in ranked
             ]

@@ -85,7 +85,8 @@ class K2Path(enum.Enum):
     REGISTER = "reg"  # each thread loads its alpha x alpha window into registers
     LDS = "lds"  # a workgroup stages a region of overlapping tiles in shared memory
     #: a workgroup stages a row of tiles' windows (all their channels) in shared memory with
-    #: 16-byte copies; a thread then transforms one row of bins of one tile from there
+    #: 16-byte copies; a thread then transforms one tile from there (its window held, or with
+    #: the stream axis one row of bins at a time)
     LDS_ROWS = "ldsrow"
 
     @property

@@ -35,6 +35,7 @@ from .toolchains import KITS, Toolchain, compile_ir, resolve
 GOLDEN = config.ROOT / "tests" / "golden"
 _F16, _BF16, _F32 = DType.FP16, DType.BF16, DType.FP32
 _REG, _LDS, _ROWS = K2Path.REGISTER, K2Path.LDS, K2Path.LDS_ROWS
+_S1 = {"stream": 1}  # the streamed transform (a declared axis: wino.axes)
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,8 @@ SHARD: tuple[GoldenKernel, ...] = (
     GoldenKernel(RtInputSpec(Tile(4, 4), _BF16, _F16, 2, 256, _REG, 0, 0, Prescale.SPLIT)),
     GoldenKernel(RtInputSpec(Tile(4, 4), _F16, _F16, 4, 64, _LDS, 16, 4, Prescale.SPLIT)),
     GoldenKernel(RtInputSpec(Tile(2, 4), _F32, _F32, 4, 64, _LDS, 16, 4, Prescale.SPLIT)),
-    GoldenKernel(RtInputSpec(Tile(4, 4), _F16, _F16, 4, 128, _ROWS, 16, 8, Prescale.FUSED)),
-    GoldenKernel(RtInputSpec(Tile(2, 2), _BF16, _F16, 8, 64, _ROWS, 64, 1, Prescale.FUSED)),
+    GoldenKernel(RtInputSpec(Tile(4, 4), _F16, _F16, 2, 128, _ROWS, 32, 8, Prescale.FUSED)),
+    GoldenKernel(RtInputSpec(Tile(2, 2), _BF16, _F16, 8, 64, _ROWS, 64, 1, Prescale.FUSED, _S1)),
     GoldenKernel(RtOutputSpec(Tile(4, 4), _F16, _F32, 8, 256, Epilogue.BIAS_RELU)),
     GoldenKernel(RtOutputSpec(Tile(6, 2), _BF16, _F32, 1, 256)),
     GoldenKernel(
