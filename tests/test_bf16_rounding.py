@@ -1,10 +1,11 @@
-"""bf16 rounding of the kernels (the host build of the real K1): fp32 -> bf16 is round to
+"""bf16 rounding of the kernels (the host and CUDA builds of the real K1): fp32 -> bf16 is round to
 nearest, ties to even (not truncation), NaN stays a NaN, Inf stays Inf. The filter values are
 chosen so that the transform is exact in fp32 and the store is the only rounding: then every U
 element must equal ml_dtypes' correctly rounded bf16 of the exact value, bit for bit."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from fractions import Fraction
 
@@ -15,8 +16,9 @@ import pytest
 from tests import host_cache
 from wino.problem import Problem
 from wino.runtime import dispatch
+from wino.runtime.registry import cuda_available
 from wino.specs import RtFilterSpec, RtInputSpec, RtOutputSpec
-from wino.vocab import DType, Stage, Tile
+from wino.vocab import DType, Stage, Target, Tile
 from wino.winograd import matrices
 
 TILE = Tile(2, 2)
@@ -29,12 +31,30 @@ SPECS = {
 K, C = 64, 64
 
 
-@pytest.fixture(scope="module")
-def plan(tmp_path_factory):
-    root = tmp_path_factory.mktemp("bf16")
-    host_cache.build(SPECS.values(), root)
+_GPU = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a CUDA device"),
+    pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to build the cubins"),
+]
+
+
+@pytest.fixture(scope="module", params=["c", pytest.param("cuda", marks=_GPU)])
+def plan(request, tmp_path_factory):
+    """The host build (wino_f32_to_bf16's integer rounding) and the CUDA one (the hardware
+    conversion, CudaRenderer.from_float)."""
+    root = tmp_path_factory.mktemp(f"bf16-{request.param}")
+    host_cache.build(SPECS.values(), root, target=Target(request.param))
     problem = Problem(N=1, C=C, H=4, W=4, K=K, dtype="bf16")
-    return dispatch(problem, target="c", cache_root=root, specs=SPECS)
+    return dispatch(problem, target=request.param, cache_root=root, specs=SPECS)
+
+
+def _filter_transform(plan, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(U, fs) of K1 over ``w`` as numpy arrays, on the plan's target."""
+    if plan.target is Target.C:
+        return plan.transform_filter(w)
+    import cupy
+
+    return tuple(cupy.asnumpy(a) for a in plan.transform_filter(cupy.asarray(w)))
 
 
 def _exact_u(w: np.ndarray, fs: np.ndarray) -> np.ndarray:
@@ -58,7 +78,7 @@ def test_store_rounds_to_nearest_even(plan):
     rng = np.random.default_rng(5)
     # multiples of 2^-8 below 1: exactly representable in bf16 (8 significant bits)
     w = (rng.integers(-255, 256, (K, 3, 3, C)) / 256.0).astype(ml_dtypes.bfloat16)
-    U, fs = plan.transform_filter(w)
+    U, fs = _filter_transform(plan, w)
     exact = _exact_u(w, fs)
     expected = exact.astype(ml_dtypes.bfloat16)  # correctly rounded, ties to even
     # bit for bit, but for the sign of a zero (the fp32 sums may make -0)
@@ -80,7 +100,7 @@ def test_nan_and_inf_survive_the_store(plan):
     w[0, 0, 0, 0] = np.nan
     w[1, 0, 0, 0] = np.inf
     w[2, 1, 1, 3] = -np.inf
-    U, fs = plan.transform_filter(w)
+    U, fs = _filter_transform(plan, w)
     u = U.astype(np.float32)
     _, g, _ = matrices(2)
     G = np.array([[float(Fraction(v)) for v in row] for row in g])

@@ -438,8 +438,16 @@ class CudaRenderer(Renderer):
     def f2h(self, x: str) -> str:
         return f"__half_as_ushort(__float2half_rn({x}))"
 
+    def from_float(self, dtype: DType, value: str) -> str:
+        """bf16: the hardware conversion (one F2FP on sm_90) instead of wino_f32_to_bf16's
+        integer rounding: the same bits (round to nearest, ties to even) for every non-NaN,
+        a NaN stays a NaN (the canonical one)."""
+        if dtype is DType.BF16:
+            return f"__bfloat16_as_ushort(__float2bfloat16_rn({value}))"
+        return super().from_float(dtype, value)
+
     def prelude(self) -> str:
-        return "#include <cuda_fp16.h>\n"
+        return "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
 
     def dynamic_shared(self, name: str, nbytes: int) -> str:
         return f"extern __shared__ __align__(16) unsigned char {name}[];"
