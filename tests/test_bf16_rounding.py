@@ -54,7 +54,8 @@ def _filter_transform(plan, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return plan.transform_filter(w)
     import cupy
 
-    return tuple(cupy.asnumpy(a) for a in plan.transform_filter(cupy.asarray(w)))
+    U, fs = (cupy.asnumpy(a) for a in plan.transform_filter(cupy.asarray(w)))
+    return U.view(ml_dtypes.bfloat16), fs  # CuPy has no bf16: U comes back as its raw bits
 
 
 def _exact_u(w: np.ndarray, fs: np.ndarray) -> np.ndarray:
