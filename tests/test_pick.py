@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -72,6 +73,19 @@ def test_values_the_order_leaves_out_are_never_picked(declared_order):
         pick.default_stage_specs(PROBLEM, Tile(4, 4), target=GPU)
     assert refusal.value.rule == "no_spec_in_grid"
     assert "no k2 kernel of the grid for F4x4 fp16/fp16" in refusal.value.message
+
+
+@pytest.mark.parametrize(
+    "change, rule",
+    [(dict(R=1, S=1, pad_h=0, pad_w=0), "not_3x3"), (dict(stride_h=2, stride_w=2), "stride_not_1")],
+)
+def test_a_problem_no_kernel_serves_is_refused_by_its_own_rule(change, rule):
+    """Not no_spec_in_grid listing every spec's identical reason: the problem rule, once."""
+    problem = replace(PROBLEM, **change)
+    with pytest.raises(pick.Refused) as refusal:
+        pick.default_stage_specs(problem, Tile(4, 4), target=GPU)
+    assert refusal.value.rule == rule
+    assert "tried" not in refusal.value.message
 
 
 def test_every_candidate_is_in_the_grid_and_the_order_is_total():

@@ -23,7 +23,7 @@ from functools import lru_cache
 from . import axes, config, grid
 from .launch import stage_launch
 from .problem import Problem
-from .refusals import Refused
+from .refusals import Refused, check_problem
 from .specs import StageSpec
 from .vocab import DType, Epilogue, Prescale, Stage, Target, Tile, coerce
 
@@ -258,7 +258,8 @@ def default_stage_specs(
     the host, fp16 on the GPUs); K4 with ``epilogue``. Without ``ranking``: among the grid's
     specs, always inside the grid, Refused when nothing fits (``epilogue_not_in_grid`` when no
     K4 of the tile has the epilogue). With ``ranking`` (a manifest's specs): among those, and
-    the grid's pick (which names what is missing) when none of them fits."""
+    the grid's pick (which names what is missing) when none of them fits. A problem that
+    breaks a problem rule (a 1x1 filter, stride 2) raises that rule's refusal."""
     tile = coerce(Tile, tile, "tile")
     dtype = problem.dtype if dtype is None else coerce(DType, dtype, "dtype")
     target = coerce(Target, target, "target")
@@ -268,6 +269,7 @@ def default_stage_specs(
         xdtype = coerce(DType, xdtype, "xdtype")
     epilogue = coerce(Epilogue, epilogue, "epilogue")
     probe = _probe(problem, dtype)
+    check_problem(probe, tile)  # a problem no kernel serves: its own rule, not every spec's
     if ranking is None:
         return _pick(tile, dtype, xdtype, probe, candidates, epilogue, target)
     try:
