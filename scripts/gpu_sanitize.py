@@ -9,6 +9,7 @@
 The set: every tile's default pick for fp16 (fused prescale), bf16 and fp32 at F4x4, the wide-C
 split prescale (K2a), a vec-1 split register K2, and every LDS-region K2 of the grid for fp16
 and its LDS-rows K2 whose region holds C = 64 (one per tile, vector and stream).
+WINO_SANITIZE_ONLY=TEXT keeps the cases whose label holds TEXT (`ldsrow`: the LDS-rows ones).
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def cases() -> list[tuple[str, Problem, dict]]:
         rows = k2.path is K2Path.LDS_ROWS and k2.lds_lanes * k2.vec == SMALL.C  # one region
         if rows or k2.path is K2Path.LDS or (k2.vec == 1 and k2.prescale is Prescale.SPLIT):
             out.append((f"forced {k2.name}", SMALL, _forced(SMALL, k2)))
-    return out
+    only = os.environ.get("WINO_SANITIZE_ONLY", "")
+    return [case for case in out if only in case[0]]
 
 
 def build(root: Path, target: str = "cuda") -> None:

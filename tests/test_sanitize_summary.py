@@ -56,3 +56,15 @@ def test_summary(sanitize, tmp_path, capsys, tool, text, code, shown):
     log.write_text(text)
     assert sanitize.summarize(tool, log) == code
     assert shown in capsys.readouterr().out
+
+
+def test_only_keeps_the_cases_whose_label_holds_the_text(sanitize, monkeypatch):
+    every = sanitize.cases()
+    monkeypatch.setenv("WINO_SANITIZE_ONLY", "ldsrow")
+    rows = sanitize.cases()
+    assert rows and len(rows) < len(every)
+    assert all("ldsrow" in label for label, _, _ in rows)
+    assert {label for label, _, _ in every if "ldsrow" in label} == {label for label, _, _ in rows}
+    assert any("_s1" in label for label, _, _ in rows) and any(
+        "_s1" not in label for label, _, _ in rows
+    )  # held and streamed
