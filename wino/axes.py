@@ -1,8 +1,9 @@
 """Axes declared in YAML (grids/stages.yaml ``axes``): a knob a template reads that needs no
 Python edit. Each has a name, the stages it applies to, a type, a C type (the template sees it
 as ``static const <ctype> wino_<name>``, and as ``spec.<name>``), a name-suffix format and a
-default. A spec holds only its non-default axis values, so declaring an axis renames and
-rebuilds no existing kernel."""
+default. A spec holds only its non-default axis values, so declaring an axis renames no
+existing kernel; their sources do change (every kernel of the stage declares the constant),
+so doit rebuilds that stage's kernels once."""
 
 from __future__ import annotations
 
