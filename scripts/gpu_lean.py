@@ -55,6 +55,7 @@ CASES = Path(
 DTYPES = tuple(DType(d) for d in os.environ.get("WINO_LEAN_DTYPES", "fp16,bf16").split(","))
 TIMED = (Stage.PRESCALE, Stage.INPUT, Stage.GEMM, Stage.OUTPUT)  # U cached: K1 once
 VARIANTS = tuple(os.environ.get("WINO_LEAN_VARIANTS", "old,new").split(","))
+ROW_VECS = (8, 4, 2)  # the LDS-rows K2 vectors the grid holds (rowstages, build)
 
 
 def layers() -> list[Problem]:
@@ -165,7 +166,7 @@ def build() -> None:
         for v in variants(p).values():
             specs |= set(v.values())
         if any(v.startswith("rows") for v in VARIANTS):  # every LDS-rows K2 (rowstages)
-            specs |= {s for vec in (8, 4, 2) for s in lds_rows(p, vec)} | {split_prescale(p)}
+            specs |= {s for vec in ROW_VECS for s in lds_rows(p, vec)} | {split_prescale(p)}
         if os.environ.get("WINO_LEAN_CANDIDATES", "1") != "0":  # 0: the variants' kernels only
             by = k2_candidates(p)
             specs |= set(by[Stage.INPUT]) | set(by[Stage.PRESCALE]) | set(by[Stage.OUTPUT])
@@ -320,7 +321,7 @@ def rows_stages() -> None:
         prober = Prober(device, p, operands, ROOT)
         base = variants(p)["new"]
         k2a = base.get(Stage.PRESCALE) or split_prescale(p)
-        for spec in (base[Stage.INPUT], *lds_rows(p, 8), *lds_rows(p, 4), *lds_rows(p, 2)):
+        for spec in (base[Stage.INPUT], *(s for vec in ROW_VECS for s in lds_rows(p, vec))):
             _print_candidate(prober, base, Stage.INPUT, spec, k2a, copy)
         prober.release()
 
