@@ -64,15 +64,35 @@ def _kind_line(plan) -> str:
     return plan.explain().splitlines()[1].strip()
 
 
-def test_the_shipped_rules_keep_unfused_everywhere(root, public_problems):
+def _held_fused_wins(p: Problem) -> bool:
+    """Where the H200 measured the held fused kernel faster (docs/FUSED.md): 16-bit io,
+    ungrouped, C = K = 64, outputs of at least 112x112."""
+    return (
+        p.dtype is not DType.FP32
+        and p.groups == 1
+        and p.C == p.K == 64
+        and (p.Ho * p.Wo >= 112 * 112)
+    )
+
+
+def test_the_shipped_rules_pick_fused_only_where_it_was_measured_faster(root, public_problems):
     clear_plan_cache()
     plan = dispatch(FP16, target=Target.C, cache_root=root)
     assert plan.kind == "unfused2d_rt"
     assert _kind_line(plan).startswith("unfused2d_rt: rule unfused_default (grids/algorithms.yaml)")
+    chosen = 0
     for problem in public_problems:
         for dtype in DType:
-            choice = algorithms.choose(dataclasses.replace(problem, dtype=dtype))
-            assert choice.algorithm is Algorithm.UNFUSED, (problem.label(), choice)
+            p = dataclasses.replace(problem, dtype=dtype)
+            choice = algorithms.choose(p)
+            expected = Algorithm.FUSED if _held_fused_wins(p) else Algorithm.UNFUSED
+            assert choice.algorithm is expected, (p.label(), choice)
+            chosen += expected is Algorithm.FUSED
+    assert chosen == 2 * sum(p.C == p.K == 64 and p.H >= 112 for p in public_problems)
+    big = dataclasses.replace(FP16, H=112, W=112, C=64, K=64)
+    assert algorithms.choose(big).algorithm is Algorithm.FUSED
+    for other in (dict(C=32), dict(K=128), dict(H=111), dict(dtype=DType.FP32), dict(groups=2)):
+        assert algorithms.choose(dataclasses.replace(big, **other)).algorithm is Algorithm.UNFUSED
 
 
 def test_a_rule_chooses_and_explain_says_which_and_why(root, measured_rules):

@@ -236,6 +236,30 @@ def test_budget_arithmetic():
     assert (f2.acc_per_thread, f2.ms_cols, f2.min_blocks) == (64, 32, 2)  # 128 registers each
 
 
+def test_held_budget_arithmetic():
+    """The held schedule: V of every channel up to hold (rows padded by 8), one bin's
+    accumulators a thread, the tile table after V; fewer blocks per SM when B fragments and
+    the accumulators pass the register file's share."""
+    spec = RtFusedSpec(Tile(4, 4), tiles=32, kblock=64, cchunk=32, warps=12, extra={"hold": 64})
+    b = FusedBudget.of(spec)
+    assert (b.lda, b.xs_elems, b.us_elems) == (72, 36 * 32 * 72, 0)
+    assert (b.bins_per_warp, b.mt, b.nt, b.acc_per_thread) == (3, 2, 8, 32 * 64 // 32)
+    assert b.table_offset == 36 * 32 * 72 * 2 and b.smem_bytes == b.table_offset + 32 * 28
+    assert b.min_blocks == 1  # 64 + 32 + 76 registers at 384 threads
+    narrow = FusedBudget.of(spec.replace(tiles=16, warps=6))
+    assert (narrow.acc_per_thread, narrow.min_blocks) == (32, 2)  # 140 registers at 192 threads
+
+
+def test_the_held_kernel_multiplies_from_global_b_and_syncs_its_warp():
+    held = next(s for s in FUSED if s.hold)
+    cuda, c = render(held, "cuda"), render(held, "c")
+    assert "wino_warp_mma32" in cuda and "ldmatrix.sync.aligned.m8n8.x4" in cuda
+    assert "*(const wino_b16*)p" in cuda and "__syncwarp();" in cuda  # 16-byte B loads
+    assert "cp.async" not in cuda  # nothing staged asynchronously: V is computed, U streamed
+    assert "wino_kchan" in c and "ldmatrix" not in c and "asm" not in c
+    assert f"static const int wino_hold __attribute__((unused)) = {held.hold};" in c
+
+
 def test_default_picks_have_no_refused_spec():
     for spec in FUSED:
         assert spec_refusal(spec) is None

@@ -133,6 +133,20 @@ SPEC_BREAKERS = {
         "needs 697216 bytes of shared memory",
     ),
     "fused_stages_unsupported": (RtFusedSpec(stages=3), "pipeline stages 3"),
+    "fused_hold_m_range": (
+        RtFusedSpec(tile="F6x6", tiles=16, kblock=32, cchunk=32, warps=8, extra={"hold": 192}),
+        "M sums up to hold = 192 channels' products of up to 349.1",
+    ),
+    "fused_hold_not_chunks": (RtFusedSpec(cchunk=32, extra={"hold": 48}), "hold 48: the held"),
+    "fused_hold_needs_fp16": (
+        RtFusedSpec(io="bf16", mdtype="bf16", prescale="none", cchunk=32, extra={"hold": 64}),
+        "(mdtype bf16)",
+    ),
+    "fused_hold_kblock": (
+        RtFusedSpec(kblock=128, cchunk=32, extra={"hold": 64}),
+        "kblock 128 is past hold 64",
+    ),
+    "fused_hold_shape": (RtFusedSpec(extra={"hold": 64}), "(stages 1, cchunk 16)"),
     "stream_not_a_flag": (
         RtInputSpec(vec=4, block=64, extra={"stream": 2}),
         "stream 2: K2's transform either holds the window (0)",
@@ -208,6 +222,11 @@ SPEC_REPAIRS = {
     "fused_accumulators": dict(kblock=16),
     "fused_shared_memory": dict(cchunk=16),
     "fused_stages_unsupported": dict(stages=1),
+    "fused_hold_m_range": dict(extra={"hold": 96}),
+    "fused_hold_not_chunks": dict(extra={"hold": 64}),
+    "fused_hold_needs_fp16": dict(mdtype="fp16", prescale="split"),
+    "fused_hold_kblock": dict(kblock=64),
+    "fused_hold_shape": dict(cchunk=32),
     "m_dtype_unsupported": dict(accdtype="fp32"),
     "stream_not_a_flag": dict(extra={"stream": 1}),
     "streamed_registers": dict(vec=4),
@@ -301,6 +320,11 @@ FIT_BREAKERS = {
         RtFusedSpec(tile="F2x2", tiles=16, kblock=8, cchunk=16, warps=1),
         Problem(**{**_FIT, "N": 1, "H": 3, "W": 3, "C": 65536, "K": 65536, "groups": 65536}),
         "the fused kernel needs 65536 (group, channel block) workgroups along y",
+    ),
+    "fused_hold_channels": (
+        RtFusedSpec(tiles=32, kblock=64, cchunk=32, warps=12, extra={"hold": 64}),
+        Problem(**{**_FIT, "C": 96}),
+        "keeps V of at most 64 channels in shared memory; C/G = 96 is past it",
     ),
 }
 

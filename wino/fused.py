@@ -19,6 +19,16 @@ Warps own whole bins: warp w multiplies bins w, w + warps, ... (``bins_per_warp`
 (tm x kb) warp tile of (tm/16) x (kb/8) m16n8k16 MMAs, so every A fragment is reused across
 the kb/8 channel tiles and every B fragment across the tm/16 tile rows. Accumulators per thread:
 bins_per_warp x tm x kb / 32.
+
+The held schedule (axis ``hold`` > 0, docs/FUSED.md "The held schedule"):
+  Vs [A][tm][hold + PAD]  V of every channel (at most hold), columns permuted within each
+                         32-channel step to the order the MMA's B fragments load U in
+                         (``wino_kcol``; addressed through ``wino_vidx``);
+                         after bin a's MMA its warp stores M[a] [tm][kb] in fp16 over the
+                         first kb columns of Vs[a] (kb <= hold)
+  Tiles [tm]             as above
+Warps own whole bins and multiply them one after another, so the accumulators per thread are
+one bin's: tm x kb / 32.
 """
 
 from __future__ import annotations
@@ -55,6 +65,8 @@ class FusedBudget:
     @classmethod
     def of(cls, spec: RtFusedSpec) -> FusedBudget:
         bins, tm, kb = spec.tile.bins, spec.tiles, spec.kblock
+        if spec.hold > 0:
+            return cls._held(spec)
         lda = spec.cchunk + PAD
         xs, us = bins * tm * lda, bins * kb * lda
         operand_bytes = (xs + us) * max(spec.stages, 1) * spec.mdtype.itemsize
@@ -71,6 +83,32 @@ class FusedBudget:
             us_elems=us,
             ms_cols=cols,
             ms_ld=ms_ld,
+            mt=tm // MMA_M,
+            nt=kb // MMA_N,
+            bins_per_warp=per_warp,
+            acc_per_thread=acc,
+            table_offset=table,
+            smem_bytes=smem,
+            min_blocks=_min_blocks(spec.block, regs, smem),
+        )
+
+    @classmethod
+    def _held(cls, spec: RtFusedSpec) -> FusedBudget:
+        bins, tm, kb = spec.tile.bins, spec.tiles, spec.kblock
+        lda = spec.hold + PAD
+        vs = bins * tm * lda
+        table = -(-vs * spec.mdtype.itemsize // 16) * 16
+        smem = table + -(-tm * TILE_BYTES // 16) * 16
+        per_warp = bins // spec.warps if spec.warps > 0 and bins % spec.warps == 0 else 0
+        acc = tm * kb // 32 if per_warp else 0
+        b_fragments = 4 * (kb // MMA_N)  # a lane's 16-byte B loads of one 32-channel step
+        regs = acc + b_fragments + max(64, bins + REG_OVERHEAD)
+        return cls(
+            lda=lda,
+            xs_elems=vs,
+            us_elems=0,
+            ms_cols=kb,
+            ms_ld=lda,
             mt=tm // MMA_M,
             nt=kb // MMA_N,
             bins_per_warp=per_warp,

@@ -112,12 +112,13 @@ class _Expansion:
 
 def _epilogue_variants(stage: Stage, specs: tuple[StageSpec, ...], variants: dict | None):
     """The ``epilogues`` section's variants of one stage: each accepted spec whose fields
-    match ``where`` again with each of ``values`` as its epilogue."""
+    match ``where`` (its fields and declared axes, defaults included) again with each of
+    ``values`` as its epilogue."""
     if not variants:
         return
     where = variants["where"]
     for spec in specs:
-        fields = spec.fields_dict()
+        fields = {name: value for _, name, value in spec.axis_values()} | spec.fields_dict()
         unknown = sorted(set(where) - set(fields))
         if unknown:
             raise config.ConfigError(

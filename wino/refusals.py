@@ -549,7 +549,7 @@ def _spec_ns(spec: StageSpec, params: dict[str, Any]) -> dict[str, Any]:
         ns["io_bytes"] = spec.io.itemsize
     if isinstance(spec, RtFusedSpec):
         ns.update(fused_namespace(spec))
-    if isinstance(spec, RtOutputSpec):
+    if isinstance(spec, RtOutputSpec | RtFusedSpec):
         ns["m_per_channel"] = m_per_channel(tile)
     return ns
 

@@ -76,6 +76,9 @@ SHARD: tuple[GoldenKernel, ...] = (
         RtFusedSpec(Tile(2, 2), _F16, _F16, 32, 32, 32, 8, 1, Prescale.SPLIT, Epilogue.BIAS)
     ),
     GoldenKernel(RtFusedSpec(Tile(4, 4), _BF16, _F16, 32, 16, 32, 12, 1, Prescale.SPLIT)),
+    GoldenKernel(
+        RtFusedSpec(Tile(4, 4), _F16, _F16, 32, 64, 32, 12, 1, Prescale.SPLIT, extra={"hold": 64})
+    ),
     GoldenKernel(RtFusedSpec(Tile(4, 6), _BF16, _BF16, 16, 16, 16, 4, 1, Prescale.NONE)),
 )
 

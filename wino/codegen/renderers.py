@@ -248,6 +248,61 @@ class Renderer:
             " b + j * 8 * ldb, ldb, lane);\n}"
         )
 
+    # The held schedule's MMA: B straight from global memory, over one k32 step -------------
+    def held_layout_helpers(self) -> str:
+        """The held fused schedule's shared-memory layout, one definition for the template and
+        the MMA primitive. ``wino_kchan(q)``: column q of a 32-channel MMA step pairs with
+        channel wino_kchan(q) of U, so that lane l = 4 g + t loads its B fragments of both k16
+        halves as the 8 consecutive channels 8 t .. 8 t + 7 of U's row g (one 16-byte load);
+        ``wino_kcol`` is its inverse (channel pairs (c, c + 1), c even, stay adjacent).
+        ``wino_vidx(row, col, ld)``: element (row, col) of V / M, row-major with row stride ld
+        (the budget pads rows by 8 elements, so the 8 rows of an ldmatrix or of an accumulator
+        store hit 8 distinct 16-byte units of the 32 banks). An XOR swizzle of the units
+        instead of the padding measured slower on the H200 (the address arithmetic: 21.2 M
+        instructions against 14.8 M, docs/FUSED.md)."""
+        return (
+            f"{self.fn} int wino_kchan(int q)\n{{\n"
+            "  return 8 * ((q >> 1) & 3) + 4 * (q >> 4) + 2 * ((q >> 3) & 1) + (q & 1);\n}\n"
+            f"{self.fn} int wino_kcol(int c)\n{{\n"
+            "  return 16 * ((c >> 2) & 1) + 8 * ((c >> 1) & 1) + 2 * (c >> 3) + (c & 1);\n}\n"
+            f"{self.fn} int wino_vidx(int row, int col, int ld)\n{{\n"
+            "  return row * ld + col;\n}"
+        )
+
+    def mma_global_b_helper(self, dtype: DType, mt: int, nt: int) -> str:
+        """``wino_warp_mma32(d, a, lda, c0, u, ldu, rows, cols, lane)``: a warp tile of
+        (16 mt) x (8 nt) over the 32-channel step at column c0 of the tile ``a``
+        (``wino_vidx``), per-thread semantics as ``mma_helper``'s: tile (i, j) accumulates in
+        d[4 (i nt + j) ..], d[r][n] += sum over q < 32 of A(r, c0 + q) times u[n][wino_kchan(q)],
+        where u's row n (output channel, row stride ldu) counts only below ``rows`` and its
+        channel c only below ``cols`` (zero past them). This scalar form reads u element by
+        element; CUDA loads each lane's B fragments with one 16-byte load per 8-channel tile and
+        multiplies on mma.sync."""
+        a = self.to_float(dtype, "a[wino_vidx(row, c0 + q, lda)]")
+        b = self.to_float(dtype, "u[col * ldu + c]")
+        return (
+            f"{self.fn} void wino_warp_mma32(float* d, const unsigned short* a, int lda, int c0,"
+            " const unsigned short* u, int ldu, int rows, int cols, unsigned lane)\n{\n"
+            "  const unsigned g = lane >> 2, t = lane & 3u;\n"
+            f"  for (int i = 0; i < {mt}; ++i)\n"
+            f"    for (int j = 0; j < {nt}; ++j)\n"
+            "      for (int e = 0; e < 4; ++e) {\n"
+            "        const int row = 16 * i + (int)g + 8 * (e >> 1);\n"
+            "        const int col = 8 * j + 2 * (int)t + (e & 1);\n"
+            "        float s = 0.0f;\n"
+            "        for (int q = 0; q < 32; ++q) {\n"
+            "          const int c = wino_kchan(q);\n"
+            f"          if (col < rows && c < cols) s += {a} * {b};\n"
+            "        }\n"
+            f"        d[4 * (i * {nt} + j) + e] += s;\n"
+            "      }\n}"
+        )
+
+    def warp_barrier(self) -> str:
+        """Between two phases of one warp: what a warp's threads wrote before it, its threads
+        read after it (the emulation: a phase boundary, as ``barrier``)."""
+        return "}\n  " + self.warp_order_call + "\n  {"
+
     # Asynchronous 16-byte copy global -> shared (zero fill when !valid), commit, wait --------
     def async_copy_helpers(self) -> str:
         return (
@@ -372,6 +427,9 @@ class CRenderer(Renderer):
 
     def barrier(self) -> str:
         return "}\n  " + self.body_begin()
+
+    def warp_barrier(self) -> str:
+        return self.barrier()
 
     def private(self, ctype: str, name: str, count: int) -> str:
         return f"{ctype} {name}[{self.block}][{count}];"
@@ -500,6 +558,61 @@ class CudaRenderer(Renderer):
             f' "+f"(d[4 * (i * {nt} + j) + 2]), "+f"(d[4 * (i * {nt} + j) + 3])\n'
             '          : "r"(af[i][0]), "r"(af[i][1]), "r"(af[i][2]), "r"(af[i][3]),'
             ' "r"(bf[j][0]), "r"(bf[j][1]));\n'
+            "}"
+        )
+
+    def mma_global_b_helper(self, dtype: DType, mt: int, nt: int) -> str:
+        """Lane l = 4 g + t loads, per 8-channel tile j, channels 8 t .. 8 t + 7 of U's row
+        8 j + g in one 16-byte load (element by element when ldu is not a multiple of 8; zero
+        past rows / cols): words 0, 1 are its B fragment of the first k16 half, 2, 3 of the
+        second (``wino_kchan``); A by two ldmatrix.x4 per 16-row tile (``wino_vidx``'s rows); then
+        2 mt nt mma.sync."""
+        kind = {DType.FP16: "f16", DType.BF16: "bf16"}[dtype]
+        return (
+            f"{self.fn} void wino_warp_mma32(float* d, const unsigned short* a, int lda, int c0,"
+            " const unsigned short* u, int ldu, int rows, int cols, unsigned lane)\n{\n"
+            "  const int g = (int)(lane >> 2), t = (int)(lane & 3u);\n"
+            f"  wino_b16 bf[{nt}];\n"
+            f"  unsigned af[2][{mt}][4];\n"
+            "#pragma unroll\n"
+            f"  for (int j = 0; j < {nt}; ++j) {{\n"
+            "    const int n = 8 * j + g, c = 8 * t;\n"
+            "    const unsigned short* const p = u + n * ldu + c;\n"
+            "    wino_b16 v = {{0u, 0u, 0u, 0u}};\n"
+            "    if (n < rows) {\n"
+            "      if ((ldu & 7) == 0) {\n"
+            "        if (c < cols) v = *(const wino_b16*)p;\n"
+            "      } else {\n"
+            "#pragma unroll\n"
+            "        for (int e = 0; e < 8; ++e)\n"
+            "          if (c + e < cols) v.w[e >> 1] |= (unsigned)p[e] << (16 * (e & 1));\n"
+            "      }\n"
+            "    }\n"
+            "    bf[j] = v;\n"
+            "  }\n"
+            "#pragma unroll\n"
+            "  for (int h = 0; h < 2; ++h)\n"
+            "#pragma unroll\n"
+            f"    for (int i = 0; i < {mt}; ++i) {{\n"
+            "      const unsigned s = (unsigned)__cvta_generic_to_shared(a + wino_vidx("
+            "i * 16 + (int)(lane & 15u), c0 + h * 16 + (int)(lane >> 4) * 8, lda));\n"
+            '      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "\n'
+            '                   "{%0, %1, %2, %3}, [%4];"\n'
+            '                   : "=r"(af[h][i][0]), "=r"(af[h][i][1]), "=r"(af[h][i][2]),'
+            ' "=r"(af[h][i][3]) : "r"(s));\n'
+            "    }\n"
+            "#pragma unroll\n"
+            "  for (int h = 0; h < 2; ++h)\n"
+            "#pragma unroll\n"
+            f"    for (int i = 0; i < {mt}; ++i)\n"
+            "#pragma unroll\n"
+            f"      for (int j = 0; j < {nt}; ++j)\n"
+            f'        asm("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "\n'
+            '            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n'
+            f'            : "+f"(d[4 * (i * {nt} + j)]), "+f"(d[4 * (i * {nt} + j) + 1]),'
+            f' "+f"(d[4 * (i * {nt} + j) + 2]), "+f"(d[4 * (i * {nt} + j) + 3])\n'
+            '            : "r"(af[h][i][0]), "r"(af[h][i][1]), "r"(af[h][i][2]), "r"(af[h][i][3]),'
+            ' "r"(bf[j].w[2 * h]), "r"(bf[j].w[2 * h + 1]));\n'
             "}"
         )
 
