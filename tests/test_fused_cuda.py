@@ -1,0 +1,86 @@
+"""The held fused kernel on the GPU (H200, sm_90): every held grid spec against float64 on an
+odd shape (C/G % 8 != 0: U's element loads), an aligned one (16-byte B loads, two channel
+blocks) and a grouped one, with y NaN-poisoned (an unwritten output makes the error NaN); the
+shipped crossover rule (grids/algorithms.yaml, fused_held_c64) routes a C = K = 64, 112x112
+problem to it. Skipped where CuPy, a CUDA device or nvcc is missing."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+
+import pytest
+
+from wino.grid import aot_stage_specs
+from wino.pick import default_fused_specs
+from wino.problem import Problem
+from wino.runtime.registry import cuda_available
+from wino.runtime.verify import bound_for
+from wino.vocab import DType, Epilogue, Stage, Target, Tile
+
+from .test_runtime_cuda import _run
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a CUDA device"),
+    pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to build the cubins"),
+]
+
+HELD = tuple(
+    s for s in aot_stage_specs(Stage.FUSED, Target.CUDA) if s.hold and s.epilogue is Epilogue.NONE
+)
+SHAPES = {
+    "odd": dict(N=2, C=37, H=13, W=11, K=21),
+    "aligned": dict(N=2, C=64, H=30, W=29, K=136),
+    "g2": dict(N=1, C=64, H=9, W=10, K=40, groups=2),
+}
+#: Where the crossover rule picks the fused plan (H200: 1.14x the unfused plan at N16), at
+#: dispatch's default tile.
+BIG_TILE = Tile(4, 4)
+BIG = Problem(N=2, C=64, H=112, W=112, K=64, pad_h=1, pad_w=1, dtype=DType.FP16)
+
+
+def _problem(spec, shape: str) -> Problem:
+    return Problem(**SHAPES[shape], pad_h=1, pad_w=1, dtype=spec.io)
+
+
+def _pipeline(spec, problem: Problem) -> dict:
+    picks = default_fused_specs(problem, spec.tile, spec.io, spec.mdtype)
+    picks[Stage.FUSED] = spec
+    return picks
+
+
+@pytest.fixture(scope="module")
+def fused_cache(tmp_path_factory):
+    from tests import cuda_cache
+
+    specs = set()
+    for spec in HELD:
+        for shape in SHAPES:
+            specs.update(_pipeline(spec, _problem(spec, shape)).values())
+    for dtype in (DType.FP16, DType.BF16):
+        specs.update(default_fused_specs(dataclasses.replace(BIG, dtype=dtype), BIG_TILE).values())
+    root = tmp_path_factory.mktemp("fused-gpu-cache")
+    cuda_cache.build(sorted(specs, key=lambda s: s.name), root)
+    return root
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("spec", HELD, ids=lambda s: s.name)
+def test_held_kernel_matches_reference(fused_cache, spec, shape):
+    problem = _problem(spec, shape)
+    plan, error, _ = _run(problem, fused_cache, specs=_pipeline(spec, problem))
+    assert plan.kind == "fused2d_rt" and plan.steps[-1].name == spec.name
+    bound = bound_for(spec.tile, spec.io, spec.mdtype)
+    assert not math.isnan(error), "an output was left unwritten (NaN poison)"
+    assert 0 < error <= bound, f"{spec.name} {shape}: error {error:.3g} over {bound:.3g}"
+
+
+@pytest.mark.parametrize("dtype", [DType.FP16, DType.BF16], ids=lambda d: d.short)
+def test_the_crossover_rule_runs_the_held_kernel(fused_cache, dtype):
+    problem = dataclasses.replace(BIG, dtype=dtype)
+    plan, error, _ = _run(problem, fused_cache)
+    assert plan.kind == "fused2d_rt" and plan.steps[-1].name.endswith("_h64")
+    assert "rule fused_held_c64" in plan.explain()
+    assert 0 < error <= bound_for(plan.specs[Stage.FUSED].tile, dtype, DType.FP16)
