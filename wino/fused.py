@@ -65,50 +65,30 @@ class FusedBudget:
     @classmethod
     def of(cls, spec: RtFusedSpec) -> FusedBudget:
         bins, tm, kb = spec.tile.bins, spec.tiles, spec.kblock
-        if spec.hold > 0:
-            return cls._held(spec)
-        lda = spec.cchunk + PAD
-        xs, us = bins * tm * lda, bins * kb * lda
-        operand_bytes = (xs + us) * max(spec.stages, 1) * spec.mdtype.itemsize
-        cols = _slice_cols(bins * tm, kb, operand_bytes)
-        ms_ld = cols + MS_PAD
-        table = -(-max(operand_bytes, bins * tm * ms_ld * 4) // 16) * 16
-        smem = table + -(-tm * TILE_BYTES // 16) * 16
         per_warp = bins // spec.warps if spec.warps > 0 and bins % spec.warps == 0 else 0
-        acc = per_warp * tm * kb // 32
-        regs = acc + max(64, bins + REG_OVERHEAD)
+        if spec.hold > 0:  # V of every channel; one bin's accumulators and B fragments a thread
+            lda = spec.hold + PAD
+            xs, us = bins * tm * lda, 0
+            cols, ms_ld = kb, lda  # M in fp16 over V, one slice
+            table = -(-xs * spec.mdtype.itemsize // 16) * 16
+            acc = tm * kb // 32 if per_warp else 0
+            regs = acc + 4 * (kb // MMA_N)  # a lane's 16-byte B loads of one 32-channel step
+        else:
+            lda = spec.cchunk + PAD
+            xs, us = bins * tm * lda, bins * kb * lda
+            operand_bytes = (xs + us) * max(spec.stages, 1) * spec.mdtype.itemsize
+            cols = _slice_cols(bins * tm, kb, operand_bytes)
+            ms_ld = cols + MS_PAD
+            table = -(-max(operand_bytes, bins * tm * ms_ld * 4) // 16) * 16
+            acc = regs = per_warp * tm * kb // 32
+        smem = table + -(-tm * TILE_BYTES // 16) * 16
+        regs += max(64, bins + REG_OVERHEAD)
         return cls(
             lda=lda,
             xs_elems=xs,
             us_elems=us,
             ms_cols=cols,
             ms_ld=ms_ld,
-            mt=tm // MMA_M,
-            nt=kb // MMA_N,
-            bins_per_warp=per_warp,
-            acc_per_thread=acc,
-            table_offset=table,
-            smem_bytes=smem,
-            min_blocks=_min_blocks(spec.block, regs, smem),
-        )
-
-    @classmethod
-    def _held(cls, spec: RtFusedSpec) -> FusedBudget:
-        bins, tm, kb = spec.tile.bins, spec.tiles, spec.kblock
-        lda = spec.hold + PAD
-        vs = bins * tm * lda
-        table = -(-vs * spec.mdtype.itemsize // 16) * 16
-        smem = table + -(-tm * TILE_BYTES // 16) * 16
-        per_warp = bins // spec.warps if spec.warps > 0 and bins % spec.warps == 0 else 0
-        acc = tm * kb // 32 if per_warp else 0
-        b_fragments = 4 * (kb // MMA_N)  # a lane's 16-byte B loads of one 32-channel step
-        regs = acc + b_fragments + max(64, bins + REG_OVERHEAD)
-        return cls(
-            lda=lda,
-            xs_elems=vs,
-            us_elems=0,
-            ms_cols=kb,
-            ms_ld=lda,
             mt=tm // MMA_M,
             nt=kb // MMA_N,
             bins_per_warp=per_warp,

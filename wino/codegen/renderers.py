@@ -552,13 +552,8 @@ class CudaRenderer(Renderer):
             f"  for (int i = 0; i < {mt}; ++i)\n"
             "#pragma unroll\n"
             f"    for (int j = 0; j < {nt}; ++j)\n"
-            f'      asm("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "\n'
-            '          "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n'
-            f'          : "+f"(d[4 * (i * {nt} + j)]), "+f"(d[4 * (i * {nt} + j) + 1]),'
-            f' "+f"(d[4 * (i * {nt} + j) + 2]), "+f"(d[4 * (i * {nt} + j) + 3])\n'
-            '          : "r"(af[i][0]), "r"(af[i][1]), "r"(af[i][2]), "r"(af[i][3]),'
-            ' "r"(bf[j][0]), "r"(bf[j][1]));\n'
-            "}"
+            + _mma_sync(kind, nt, "af[i]", "bf[j][0]", "bf[j][1]", "      ")
+            + "}"
         )
 
     def mma_global_b_helper(self, dtype: DType, mt: int, nt: int) -> str:
@@ -607,13 +602,8 @@ class CudaRenderer(Renderer):
             f"    for (int i = 0; i < {mt}; ++i)\n"
             "#pragma unroll\n"
             f"      for (int j = 0; j < {nt}; ++j)\n"
-            f'        asm("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "\n'
-            '            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"\n'
-            f'            : "+f"(d[4 * (i * {nt} + j)]), "+f"(d[4 * (i * {nt} + j) + 1]),'
-            f' "+f"(d[4 * (i * {nt} + j) + 2]), "+f"(d[4 * (i * {nt} + j) + 3])\n'
-            '            : "r"(af[h][i][0]), "r"(af[h][i][1]), "r"(af[h][i][2]), "r"(af[h][i][3]),'
-            ' "r"(bf[j].w[2 * h]), "r"(bf[j].w[2 * h + 1]));\n'
-            "}"
+            + _mma_sync(kind, nt, "af[h][i]", "bf[j].w[2 * h]", "bf[j].w[2 * h + 1]", "        ")
+            + "}"
         )
 
     def async_copy_helpers(self) -> str:
@@ -660,3 +650,16 @@ RENDERERS: dict[Target, type[Renderer]] = {
     Target.CUDA: CudaRenderer,
     Target.HIP: HipRenderer,
 }
+
+
+def _mma_sync(kind: str, nt: int, a: str, b0: str, b1: str, indent: str) -> str:
+    """One m16n8k16 mma.sync statement: accumulator tile (i, j) of d (``nt`` tiles a row), A
+    fragment registers ``a``[0..3], B fragment registers ``b0`` and ``b1``."""
+    d = [f"d[4 * (i * {nt} + j){f' + {e}' if e else ''}]" for e in range(4)]
+    return (
+        f'{indent}asm("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "\n'
+        f'{indent}    "{{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"\n'
+        f'{indent}    : "+f"({d[0]}), "+f"({d[1]}), "+f"({d[2]}), "+f"({d[3]})\n'
+        f'{indent}    : "r"({a}[0]), "r"({a}[1]), "r"({a}[2]), "r"({a}[3]),'
+        f' "r"({b0}), "r"({b1}));\n'
+    )
