@@ -147,6 +147,10 @@ SPEC_BREAKERS = {
         "kblock 128 is past hold 64",
     ),
     "fused_hold_shape": (RtFusedSpec(extra={"hold": 64}), "(stages 1, cchunk 16)"),
+    "fused_hold_epilogue": (
+        RtFusedSpec(cchunk=32, epilogue="relu", extra={"hold": 64}),
+        "no epilogue yet (epilogue relu)",
+    ),
     "stream_not_a_flag": (
         RtInputSpec(vec=4, block=64, extra={"stream": 2}),
         "stream 2: K2's transform either holds the window (0)",
@@ -227,6 +231,7 @@ SPEC_REPAIRS = {
     "fused_hold_needs_fp16": dict(mdtype="fp16", prescale="split"),
     "fused_hold_kblock": dict(kblock=64),
     "fused_hold_shape": dict(cchunk=32),
+    "fused_hold_epilogue": dict(epilogue="none"),
     "m_dtype_unsupported": dict(accdtype="fp32"),
     "stream_not_a_flag": dict(extra={"stream": 1}),
     "streamed_registers": dict(vec=4),

@@ -44,13 +44,15 @@ def _transform_lines(spec: StageSpec) -> dict[str, list[str]]:
     tile, vec = spec.tile, getattr(spec, "vec", 1)  # KF has no channel vector
     mats = tile_matrices(tile.mh, tile.mw)
 
-    def window(cols):
+    def window(cols, vec=vec):
         return lambda a, b: f"win[{(a * cols + b) * vec} + v]"
 
     return {
         "input_lines": apply_2d(*mats["input"], window(tile.aw), window(tile.aw), "t"),
         "filter_lines": apply_2d(*mats["filter"], window(3), window(tile.aw), "t"),
         "output_lines": apply_2d(*mats["output"], window(tile.aw), window(tile.mw), "t"),
+        # KF's held schedule: two output channels interleaved, v < 2 (templates/fused2d.j2)
+        "output_pair_lines": apply_2d(*mats["output"], window(tile.aw, 2), window(tile.mw, 2), "t"),
         # K2's streamed variant: one row of bins at a time into vout[j] (templates/k2_input.j2)
         "input_rows": apply_2d_rows(
             *mats["input"], window(tile.aw), lambda i, j: f"vout[{j * vec} + v]", "t"

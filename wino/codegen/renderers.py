@@ -558,9 +558,10 @@ class CudaRenderer(Renderer):
 
     def mma_global_b_helper(self, dtype: DType, mt: int, nt: int) -> str:
         """Lane l = 4 g + t loads, per 8-channel tile j, channels 8 t .. 8 t + 7 of U's row
-        8 j + g in one 16-byte load (element by element when ldu is not a multiple of 8; zero
-        past rows / cols): words 0, 1 are its B fragment of the first k16 half, 2, 3 of the
-        second (``wino_kchan``); A by two ldmatrix.x4 per 16-row tile (``wino_vidx``'s rows); then
+        8 j + g in one 16-byte load (unchecked when every row and channel of the step is in
+        range, element by element when ldu is not a multiple of 8; zero past rows / cols):
+        words 0, 1 are its B fragment of the first k16 half, 2, 3 of the second
+        (``wino_kchan``); A by two ldmatrix.x4 per 16-row tile (``wino_vidx``'s rows); then
         2 mt nt mma.sync."""
         kind = {DType.FP16: "f16", DType.BF16: "bf16"}[dtype]
         return (
@@ -569,21 +570,27 @@ class CudaRenderer(Renderer):
             "  const int g = (int)(lane >> 2), t = (int)(lane & 3u);\n"
             f"  wino_b16 bf[{nt}];\n"
             f"  unsigned af[2][{mt}][4];\n"
+            "  const unsigned short* const p0 = u + g * ldu + 8 * t;\n"
+            f"  if (rows >= {8 * nt} && cols >= 32 && (ldu & 7) == 0) {{  /* all in range */\n"
             "#pragma unroll\n"
-            f"  for (int j = 0; j < {nt}; ++j) {{\n"
-            "    const int n = 8 * j + g, c = 8 * t;\n"
-            "    const unsigned short* const p = u + n * ldu + c;\n"
-            "    wino_b16 v = {{0u, 0u, 0u, 0u}};\n"
-            "    if (n < rows) {\n"
-            "      if ((ldu & 7) == 0) {\n"
-            "        if (c < cols) v = *(const wino_b16*)p;\n"
-            "      } else {\n"
+            f"    for (int j = 0; j < {nt}; ++j) bf[j] = *(const wino_b16*)(p0 + 8 * j * ldu);\n"
+            "  } else {\n"
             "#pragma unroll\n"
-            "        for (int e = 0; e < 8; ++e)\n"
-            "          if (c + e < cols) v.w[e >> 1] |= (unsigned)p[e] << (16 * (e & 1));\n"
+            f"    for (int j = 0; j < {nt}; ++j) {{\n"
+            "      const int n = 8 * j + g, c = 8 * t;\n"
+            "      const unsigned short* const p = p0 + 8 * j * ldu;\n"
+            "      wino_b16 v = {{0u, 0u, 0u, 0u}};\n"
+            "      if (n < rows) {\n"
+            "        if ((ldu & 7) == 0) {\n"
+            "          if (c < cols) v = *(const wino_b16*)p;\n"
+            "        } else {\n"
+            "#pragma unroll\n"
+            "          for (int e = 0; e < 8; ++e)\n"
+            "            if (c + e < cols) v.w[e >> 1] |= (unsigned)p[e] << (16 * (e & 1));\n"
+            "        }\n"
             "      }\n"
+            "      bf[j] = v;\n"
             "    }\n"
-            "    bf[j] = v;\n"
             "  }\n"
             "#pragma unroll\n"
             "  for (int h = 0; h < 2; ++h)\n"
