@@ -270,9 +270,11 @@ def time_layers(dtype_name: str = "fp16") -> None:
 
 
 def sanitize() -> None:
-    """One small fused plan per MMA dtype pairing (compute-sanitizer runs this)."""
-    held = next(s for s in FUSED if s.hold)
-    for spec in (FUSED[0], next(s for s in FUSED if s.mdtype is DType.BF16), held):
+    """One small fused plan per MMA dtype pairing and per held schedule variant (one pass,
+    two passes) (compute-sanitizer runs this)."""
+    held = next(s for s in FUSED if s.hold and not s.kpass)
+    passes = next(s for s in FUSED if s.kpass)
+    for spec in (FUSED[0], next(s for s in FUSED if s.mdtype is DType.BF16), held, passes):
         problem = _problem(spec.io, C=48, K=40, H=9, W=10)
         plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
         _, _, xt, wt = _device_inputs(problem, "sanitize")

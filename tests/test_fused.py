@@ -248,6 +248,11 @@ def test_held_budget_arithmetic():
     assert b.min_blocks == 1  # 64 + 32 + 76 registers at 384 threads
     narrow = FusedBudget.of(spec.replace(tiles=16, warps=6))
     assert (narrow.acc_per_thread, narrow.min_blocks) == (32, 2)  # 140 registers at 192 threads
+    # Two passes of 32 channels: one pass's 32 accumulators and 4 B tiles, the first pass's M
+    # parked as 16 fp16 pairs; the same shared memory.
+    two = FusedBudget.of(spec.replace(warps=18, extra={"hold": 64, "kpass": 32}))
+    assert (two.kpass, two.nt, two.acc_per_thread, two.park_per_thread) == (32, 4, 32, 16)
+    assert two.smem_bytes == b.smem_bytes and (b.kpass, b.park_per_thread) == (64, 0)
 
 
 def test_the_held_kernel_multiplies_from_global_b_and_syncs_its_warp():

@@ -35,7 +35,7 @@ SHAPES = {
     "aligned": dict(N=2, C=64, H=30, W=29, K=136),
     "g2": dict(N=1, C=64, H=9, W=10, K=40, groups=2),
 }
-#: Where the crossover rule picks the fused plan (H200: 1.14x the unfused plan at N16), at
+#: Where the crossover rule picks the fused plan (H200: 1.16x the unfused plan at N16), at
 #: dispatch's default tile.
 BIG_TILE = Tile(4, 4)
 BIG = Problem(N=2, C=64, H=112, W=112, K=64, pad_h=1, pad_w=1, dtype=DType.FP16)

@@ -147,6 +147,10 @@ SPEC_BREAKERS = {
         "kblock 128 is past hold 64",
     ),
     "fused_hold_shape": (RtFusedSpec(extra={"hold": 64}), "(stages 1, cchunk 16)"),
+    "fused_kpass_invalid": (
+        RtFusedSpec(kblock=64, cchunk=32, extra={"hold": 64, "kpass": 24}),
+        "kpass 24: the held schedule's passes",
+    ),
     "fused_hold_epilogue": (
         RtFusedSpec(cchunk=32, epilogue="relu", extra={"hold": 64}),
         "no epilogue yet (epilogue relu)",
@@ -232,6 +236,7 @@ SPEC_REPAIRS = {
     "fused_hold_kblock": dict(kblock=64),
     "fused_hold_shape": dict(cchunk=32),
     "fused_hold_epilogue": dict(epilogue="none"),
+    "fused_kpass_invalid": dict(extra={"hold": 64, "kpass": 32}),
     "m_dtype_unsupported": dict(accdtype="fp32"),
     "stream_not_a_flag": dict(extra={"stream": 1}),
     "streamed_registers": dict(vec=4),

@@ -28,7 +28,8 @@ The held schedule (axis ``hold`` > 0, docs/FUSED.md "The held schedule"):
                          first kb columns of Vs[a] (kb <= hold)
   Tiles [tm]             as above
 Warps own whole bins and multiply them one after another, so the accumulators per thread are
-one bin's: tm x kb / 32.
+one bin's: tm x kb / 32, or with ``kpass`` (kb / kpass passes over the same V) one pass's,
+tm x kpass / 32, the earlier passes' M parked as fp16 pairs in registers until the last pass.
 """
 
 from __future__ import annotations
@@ -61,18 +62,25 @@ class FusedBudget:
     table_offset: int  # bytes from the start of shared memory to the tile table
     smem_bytes: int
     min_blocks: int  # blocks per SM the launch bounds ask the compiler to fit
+    kpass: int = 0  # held schedule: output channels per MMA pass (kblock for one pass)
+    park_per_thread: int = 0  # held schedule: fp16 pairs of the earlier passes' M a thread parks
+    hold: int = 0  # the schedule: 0 chunked, else the held schedule's most channels (axis hold)
 
     @classmethod
     def of(cls, spec: RtFusedSpec) -> FusedBudget:
         bins, tm, kb = spec.tile.bins, spec.tiles, spec.kblock
         per_warp = bins // spec.warps if spec.warps > 0 and bins % spec.warps == 0 else 0
-        if spec.hold > 0:  # V of every channel; one bin's accumulators and B fragments a thread
-            lda = spec.hold + PAD
+        hold = getattr(spec, "hold", 0)  # 0 where a grid does not declare the axis
+        if hold > 0:  # V of every channel; one bin's accumulators and B fragments a thread
+            lda = hold + PAD
             xs, us = bins * tm * lda, 0
             cols, ms_ld = kb, lda  # M in fp16 over V, one slice
             table = -(-xs * spec.mdtype.itemsize // 16) * 16
-            acc = tm * kb // 32 if per_warp else 0
-            regs = acc + 4 * (kb // MMA_N)  # a lane's 16-byte B loads of one 32-channel step
+            kpass = getattr(spec, "kpass", 0) or kb
+            acc = tm * kpass // 32 if per_warp else 0
+            park = (kb // kpass - 1) * acc // 2 if kb % kpass == 0 else 0
+            # a lane's 16-byte B loads of one 32-channel step, and its parked M pairs
+            regs = acc + 4 * (kpass // MMA_N) + park
         else:
             lda = spec.cchunk + PAD
             xs, us = bins * tm * lda, bins * kb * lda
@@ -81,6 +89,7 @@ class FusedBudget:
             ms_ld = cols + MS_PAD
             table = -(-max(operand_bytes, bins * tm * ms_ld * 4) // 16) * 16
             acc = regs = per_warp * tm * kb // 32
+            kpass, park = kb, 0
         smem = table + -(-tm * TILE_BYTES // 16) * 16
         regs += max(64, bins + REG_OVERHEAD)
         return cls(
@@ -90,12 +99,15 @@ class FusedBudget:
             ms_cols=cols,
             ms_ld=ms_ld,
             mt=tm // MMA_M,
-            nt=kb // MMA_N,
+            nt=kpass // MMA_N,
             bins_per_warp=per_warp,
             acc_per_thread=acc,
             table_offset=table,
             smem_bytes=smem,
             min_blocks=_min_blocks(spec.block, regs, smem),
+            kpass=kpass,
+            park_per_thread=park,
+            hold=hold,
         )
 
 

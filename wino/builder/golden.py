@@ -77,7 +77,18 @@ SHARD: tuple[GoldenKernel, ...] = (
     ),
     GoldenKernel(RtFusedSpec(Tile(4, 4), _BF16, _F16, 32, 16, 32, 12, 1, Prescale.SPLIT)),
     GoldenKernel(
-        RtFusedSpec(Tile(4, 4), _F16, _F16, 32, 64, 32, 12, 1, Prescale.SPLIT, extra={"hold": 64})
+        RtFusedSpec(
+            Tile(4, 4),
+            _F16,
+            _F16,
+            32,
+            64,
+            32,
+            18,
+            1,
+            Prescale.SPLIT,
+            extra={"hold": 64, "kpass": 32},
+        )
     ),
     GoldenKernel(RtFusedSpec(Tile(4, 6), _BF16, _BF16, 16, 16, 16, 4, 1, Prescale.NONE)),
 )
