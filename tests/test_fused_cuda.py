@@ -81,6 +81,6 @@ def test_held_kernel_matches_reference(fused_cache, spec, shape):
 def test_the_crossover_rule_runs_the_held_kernel(fused_cache, dtype):
     problem = dataclasses.replace(BIG, dtype=dtype)
     plan, error, _ = _run(problem, fused_cache)
-    assert plan.kind == "fused2d_rt" and plan.steps[-1].name.endswith("_h64")
+    assert plan.kind == "fused2d_rt" and "_h64" in plan.steps[-1].name  # the default held pick
     assert "rule fused_held_c64" in plan.explain()
     assert 0 < error <= bound_for(plan.specs[Stage.FUSED].tile, dtype, DType.FP16)
