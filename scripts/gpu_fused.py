@@ -99,8 +99,9 @@ def build() -> None:
     specs = set()
     for spec in FUSED:
         for _, fields in SHAPES:
-            if _fits(spec, _problem(spec.io, **fields)):
-                specs.update(_pipeline(spec, _problem(spec.io, **fields)).values())
+            problem = _problem(spec.io, **fields)
+            if _fits(spec, problem):
+                specs.update(_pipeline(spec, problem).values())
     for _, fields in LAYERS:
         for dtype in (DType.FP16, DType.BF16):
             problem = _layer(fields, dtype)

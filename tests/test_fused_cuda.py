@@ -19,6 +19,7 @@ from wino.runtime.registry import cuda_available
 from wino.runtime.verify import bound_for
 from wino.vocab import DType, Epilogue, Stage, Target, Tile
 
+from .test_fused import _pipeline
 from .test_runtime_cuda import _run
 
 pytestmark = [
@@ -43,12 +44,6 @@ BIG = Problem(N=2, C=64, H=112, W=112, K=64, pad_h=1, pad_w=1, dtype=DType.FP16)
 
 def _problem(spec, shape: str) -> Problem:
     return Problem(**SHAPES[shape], pad_h=1, pad_w=1, dtype=spec.io)
-
-
-def _pipeline(spec, problem: Problem) -> dict:
-    picks = default_fused_specs(problem, spec.tile, spec.io, spec.mdtype)
-    picks[Stage.FUSED] = spec
-    return picks
 
 
 @pytest.fixture(scope="module")
