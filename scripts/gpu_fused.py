@@ -271,11 +271,15 @@ def time_layers(dtype_name: str = "fp16") -> None:
 
 
 def sanitize() -> None:
-    """One small fused plan per MMA dtype pairing and per held schedule variant (one pass,
-    two passes) (compute-sanitizer runs this)."""
-    held = next(s for s in FUSED if s.hold and not s.kpass)
-    passes = next(s for s in FUSED if s.kpass)
-    for spec in (FUSED[0], next(s for s in FUSED if s.mdtype is DType.BF16), held, passes):
+    """One small fused plan per MMA dtype pairing and per held schedule variant (one pass with
+    K2a's scales, two passes with the kernel's own, two blocks per SM) (compute-sanitizer runs
+    this)."""
+    held = [s for s in FUSED if s.hold and s.io is DType.FP16]
+    one_pass = next(s for s in held if not s.kpass and s.prescale is Prescale.SPLIT)
+    own = next(s for s in held if s.kpass and not s.min_blocks and s.prescale is Prescale.FUSED)
+    pair = next(s for s in held if s.min_blocks and s.prescale is Prescale.FUSED)
+    chunked = (FUSED[0], next(s for s in FUSED if s.mdtype is DType.BF16))
+    for spec in (*chunked, one_pass, own, pair):
         problem = _problem(spec.io, C=48, K=40, H=9, W=10)
         plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
         _, _, xt, wt = _device_inputs(problem, "sanitize")

@@ -283,3 +283,68 @@ def test_one_template_three_dialects():
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in cuda and "ldmatrix" not in c
     bf16 = next(s for s in FUSED if s.mdtype is DType.BF16)
     assert ".f32.bf16.bf16.f32" in render(bf16, "cuda")
+
+
+# The kernel's own tile scales (prescale fused) -----------------------------------------------
+def _scaled_twin(spec: RtFusedSpec) -> RtFusedSpec:
+    return spec.replace(prescale=Prescale.SPLIT if spec.prescale is Prescale.FUSED else Prescale.FUSED)
+
+
+def _wide_range_input(problem: Problem, seed: str) -> np.ndarray:
+    """N(0,1) x 2^-12 with sparse outliers N(0,1) x 2^0..3 (about one per window, in any
+    channel: the tile's max, 2^12 over the rest, so a scale that misses it overflows V), the
+    largest finite value at one place, an Inf and a NaN."""
+    p, rng = problem, _rng(seed)
+    shape = (p.N, p.H, p.W, p.C)
+    x = rng.standard_normal(shape) * 2.0**-12
+    outlier = rng.random(shape) < 1.0 / (36 * p.C)
+    x[outlier] = rng.standard_normal(np.count_nonzero(outlier)) * np.exp2(
+        rng.integers(0, 4, np.count_nonzero(outlier))
+    )
+    x[0, 1, 2, 3] = p.dtype.largest_finite
+    x[0, p.H - 2, p.W - 1, 0] = np.inf
+    x[p.N - 1, 3, 4, p.C - 1] = np.nan
+    return x.astype(numpy_dtype(p.dtype))
+
+
+OWN_SCALES = [s for s in FUSED if s.prescale is Prescale.FUSED]
+
+
+@pytest.mark.parametrize("spec", OWN_SCALES, ids=[s.name for s in OWN_SCALES])
+def test_own_tile_scales_give_the_split_prescales_bits(spec, root):
+    """Prescale fused (the kernel finds each tile's max, no K2a) against the split prescale
+    (K2a's scales) of the same kernel: the same scales where G = 1, so y bit for bit, on inputs
+    whose tiles span 2^36 in magnitude with an Inf and a NaN among them."""
+    problem = _problem(spec.io, N=4, H=30, W=30)  # 256 F4x4 tiles, about 90 with one outlier
+    x = _wide_range_input(problem, spec.name)
+    w = _rng("w" + spec.name).standard_normal((problem.K, 3, 3, problem.Cg))
+    w = w.astype(numpy_dtype(spec.io))
+    own = dispatch(problem, target="c", cache_root=root, specs=_pipeline(spec, problem))
+    k2a = dispatch(problem, target="c", cache_root=root, specs=_pipeline(_scaled_twin(spec), problem))
+    assert [s.stage for s in own.steps] == [Stage.FILTER, Stage.FUSED] and "ts" not in own.layout()
+    assert Stage.PRESCALE in [s.stage for s in k2a.steps]
+    y_own, y_k2a = own.run(x, w), k2a.run(x, w)
+    assert np.array_equal(y_own.view(np.uint16), y_k2a.view(np.uint16))
+    finite = np.isfinite(y_own.astype(np.float32))
+    assert 0.5 < finite.mean() < 1.0  # the Inf and the NaN reach some outputs, not all
+
+
+def test_own_tile_scales_on_the_chunked_kernel(tmp_path):
+    """The chunked schedule with its own tile scales (not in the grid, which the rules allow):
+    the split prescale's bits where G = 1, the float64 bound with groups."""
+    base = next(s for s in FUSED if not s.hold and s.tile == Tile(4, 4) and s.io is DType.FP16)
+    spec = base.replace(prescale=Prescale.FUSED)
+    assert spec_refusal(spec) is None
+    single = _problem(DType.FP16, N=4, H=30, W=30)
+    grouped = _problem(DType.FP16, C=27, K=15, groups=3)
+    kernels = {*_pipeline(spec, single).values(), *_pipeline(spec, grouped).values()}
+    kernels |= set(_pipeline(base, single).values())
+    host_cache.build(sorted(kernels, key=lambda s: s.name), tmp_path)
+    x = _wide_range_input(single, "chunked")
+    w = _rng("chunked-w").standard_normal((single.K, 3, 3, single.Cg)).astype(np.float16)
+    own = dispatch(single, target="c", cache_root=tmp_path, specs=_pipeline(spec, single))
+    k2a = dispatch(single, target="c", cache_root=tmp_path, specs=_pipeline(base, single))
+    assert np.array_equal(own.run(x, w).view(np.uint16), k2a.run(x, w).view(np.uint16))
+    plan = dispatch(grouped, target="c", cache_root=tmp_path, specs=_pipeline(spec, grouped))
+    _, error = run_poisoned(plan, "chunked-grouped")
+    assert 0 < error <= bound_for(spec.tile, spec.io, spec.mdtype)

@@ -155,6 +155,10 @@ SPEC_BREAKERS = {
         RtFusedSpec(cchunk=32, epilogue="relu", extra={"hold": 64}),
         "no epilogue yet (epilogue relu)",
     ),
+    "fused_min_blocks_fit": (
+        RtFusedSpec(tiles=32, kblock=64, cchunk=32, warps=18, extra={"hold": 64, "min_blocks": 2}),
+        "min_blocks 2: at 166784 bytes of shared memory and 576 threads a block, 1 block(s) fit",
+    ),
     "stream_not_a_flag": (
         RtInputSpec(vec=4, block=64, extra={"stream": 2}),
         "stream 2: K2's transform either holds the window (0)",
@@ -237,6 +241,7 @@ SPEC_REPAIRS = {
     "fused_hold_shape": dict(cchunk=32),
     "fused_hold_epilogue": dict(epilogue="none"),
     "fused_kpass_invalid": dict(extra={"hold": 64, "kpass": 32}),
+    "fused_min_blocks_fit": dict(tiles=16, warps=9, extra={"hold": 64, "min_blocks": 2}),
     "m_dtype_unsupported": dict(accdtype="fp32"),
     "stream_not_a_flag": dict(extra={"stream": 1}),
     "streamed_registers": dict(vec=4),

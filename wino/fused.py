@@ -61,7 +61,7 @@ class FusedBudget:
     acc_per_thread: int
     table_offset: int  # bytes from the start of shared memory to the tile table
     smem_bytes: int
-    min_blocks: int  # blocks per SM the launch bounds ask the compiler to fit
+    min_blocks: int  # blocks per SM the launch bounds ask the compiler to fit (axis min_blocks)
     kpass: int = 0  # held schedule: output channels per MMA pass (kblock for one pass)
     park_per_thread: int = 0  # held schedule: fp16 pairs of the earlier passes' M a thread parks
     hold: int = 0  # the schedule: 0 chunked, else the held schedule's most channels (axis hold)
@@ -104,7 +104,7 @@ class FusedBudget:
             acc_per_thread=acc,
             table_offset=table,
             smem_bytes=smem,
-            min_blocks=_min_blocks(spec.block, regs, smem),
+            min_blocks=getattr(spec, "min_blocks", 0) or _min_blocks(spec.block, regs, smem),
             kpass=kpass,
             park_per_thread=park,
             hold=hold,
@@ -124,8 +124,12 @@ def _min_blocks(block: int, regs: int, smem: int) -> int:
     and addresses) and shared memory allow; the launch bounds ask for that many, so ptxas caps
     the registers at 65536 / (block x blocks)."""
     by_regs = SM_REGISTERS // max(block * regs, 1)
-    by_smem = SM_SHARED // (smem + BLOCK_SHARED_RESERVE)
-    return max(1, min(by_regs, by_smem, 2048 // max(block, 1)))
+    return max(1, min(by_regs, blocks_fit(block, smem)))
+
+
+def blocks_fit(block: int, smem: int) -> int:
+    """Blocks per SM that shared memory and the SM's 2048 threads allow."""
+    return min(SM_SHARED // (smem + BLOCK_SHARED_RESERVE), 2048 // max(block, 1))
 
 
 def fused_namespace(spec: RtFusedSpec) -> dict[str, int]:
@@ -136,4 +140,5 @@ def fused_namespace(spec: RtFusedSpec) -> dict[str, int]:
         bins_per_warp=b.bins_per_warp,
         acc_per_thread=b.acc_per_thread,
         smem_bytes=b.smem_bytes,
+        blocks_fit=blocks_fit(spec.block, b.smem_bytes),
     )

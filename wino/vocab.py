@@ -55,6 +55,11 @@ class DType(enum.Enum):
             self.value
         ]
 
+    @property
+    def inf_bits(self) -> int:
+        """+Inf's bit pattern: with the sign cleared, every larger pattern is a NaN."""
+        return {"fp16": 0x7C00, "bf16": 0x7F80, "fp32": 0x7F800000}[self.value]
+
     @classmethod
     def parse(cls, text: str) -> DType:
         aliases = {

@@ -228,8 +228,8 @@ def plan_layout(problem: Problem, tile: Tile, specs: dict[Stage, StageSpec], chu
     main = specs[Stage.FUSED if fused else Stage.INPUT]
     acc = DType.FP32 if fused else specs[Stage.OUTPUT].accdtype
     layout = workspace_layout(problem, tile, specs[Stage.FILTER].xdtype, acc, chunk)
-    if main.prescale is Prescale.NONE:
-        del layout["ts"]
+    if main.prescale is Prescale.NONE or (fused and main.prescale is Prescale.FUSED):
+        del layout["ts"]  # no tile scales, or KF's own (on chip)
     if fused:
         del layout["V"], layout["M"]
     return layout
