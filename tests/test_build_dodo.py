@@ -24,7 +24,7 @@ DODO = REPO / "dodo.py"
 
 STAGES = """\
 format: 1
-axes:  # the repo's: its refusals.yaml (copied below) reads K2's stream and KF's hold, kpass, min_blocks
+axes:  # the repo's: its refusals.yaml (copied below) reads stream, hold, kpass, min_blocks
   - {name: stream, stages: [k2], type: int, ctype: int, suffix: "s{}", default: 0}
   - {name: hold, stages: [kf], type: int, ctype: int, suffix: "h{}", default: 0}
   - {name: kpass, stages: [kf], type: int, ctype: int, suffix: "q{}", default: 0}

@@ -287,7 +287,9 @@ def test_one_template_three_dialects():
 
 # The kernel's own tile scales (prescale fused) -----------------------------------------------
 def _scaled_twin(spec: RtFusedSpec) -> RtFusedSpec:
-    return spec.replace(prescale=Prescale.SPLIT if spec.prescale is Prescale.FUSED else Prescale.FUSED)
+    return spec.replace(
+        prescale=Prescale.SPLIT if spec.prescale is Prescale.FUSED else Prescale.FUSED
+    )
 
 
 def _wide_range_input(problem: Problem, seed: str) -> np.ndarray:
@@ -320,7 +322,9 @@ def test_own_tile_scales_give_the_split_prescales_bits(spec, root):
     w = _rng("w" + spec.name).standard_normal((problem.K, 3, 3, problem.Cg))
     w = w.astype(numpy_dtype(spec.io))
     own = dispatch(problem, target="c", cache_root=root, specs=_pipeline(spec, problem))
-    k2a = dispatch(problem, target="c", cache_root=root, specs=_pipeline(_scaled_twin(spec), problem))
+    k2a = dispatch(
+        problem, target="c", cache_root=root, specs=_pipeline(_scaled_twin(spec), problem)
+    )
     assert [s.stage for s in own.steps] == [Stage.FILTER, Stage.FUSED] and "ts" not in own.layout()
     assert Stage.PRESCALE in [s.stage for s in k2a.steps]
     y_own, y_k2a = own.run(x, w), k2a.run(x, w)

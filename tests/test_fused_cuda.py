@@ -15,11 +15,12 @@ import pytest
 from wino.grid import aot_stage_specs
 from wino.pick import default_fused_specs
 from wino.problem import Problem
+from wino.runtime import dispatch
 from wino.runtime.registry import cuda_available
 from wino.runtime.verify import bound_for
-from wino.vocab import DType, Epilogue, Stage, Target, Tile
+from wino.vocab import DType, Epilogue, Prescale, Stage, Target, Tile
 
-from .test_fused import _pipeline
+from .test_fused import _pipeline, _rng, _scaled_twin, _wide_range_input
 from .test_runtime_cuda import _run
 
 pytestmark = [
@@ -40,6 +41,9 @@ SHAPES = {
 #: dispatch's default tile.
 BIG_TILE = Tile(4, 4)
 BIG = Problem(N=2, C=64, H=112, W=112, K=64, pad_h=1, pad_w=1, dtype=DType.FP16)
+#: The own-tile-scale check's problem: 256 F4x4 tiles, about 90 of them with one outlier.
+WIDE = dict(N=4, C=37, H=30, W=30, K=21)
+OWN = tuple(s for s in HELD if s.prescale is Prescale.FUSED)
 
 
 def _problem(spec, shape: str) -> Problem:
@@ -54,6 +58,10 @@ def fused_cache(tmp_path_factory):
     for spec in HELD:
         for shape in SHAPES:
             specs.update(_pipeline(spec, _problem(spec, shape)).values())
+    for spec in OWN:
+        wide = Problem(**WIDE, pad_h=1, pad_w=1, dtype=spec.io)
+        for s in (spec, _scaled_twin(spec)):
+            specs.update(_pipeline(s, wide).values())
     for dtype in (DType.FP16, DType.BF16):
         specs.update(default_fused_specs(dataclasses.replace(BIG, dtype=dtype), BIG_TILE).values())
     root = tmp_path_factory.mktemp("fused-gpu-cache")
@@ -79,3 +87,21 @@ def test_the_crossover_rule_runs_the_held_kernel(fused_cache, dtype):
     assert plan.kind == "fused2d_rt" and "_h64" in plan.steps[-1].name  # the default held pick
     assert "rule fused_held_c64" in plan.explain()
     assert 0 < error <= bound_for(plan.specs[Stage.FUSED].tile, dtype, DType.FP16)
+
+
+@pytest.mark.parametrize("spec", OWN, ids=lambda s: s.name)
+def test_own_tile_scales_give_the_split_prescales_bits(fused_cache, spec):
+    """As on the host (tests/test_fused.py): the kernel's own tile maxima (max.f16x2 /
+    max.bf16x2 here) give K2a's scales, so y bit for bit, on 2^12-outlier data with an Inf and
+    a NaN."""
+    import cupy as cp
+
+    problem = Problem(**WIDE, pad_h=1, pad_w=1, dtype=spec.io)
+    x = cp.asarray(_wide_range_input(problem, spec.name))
+    w = _rng("w" + spec.name).standard_normal((problem.K, 3, 3, problem.Cg))
+    w = cp.asarray(w.astype(x.dtype))
+    ys = []
+    for s in (spec, _scaled_twin(spec)):
+        plan = dispatch(problem, target="cuda", cache_root=fused_cache, specs=_pipeline(s, problem))
+        ys.append(cp.asnumpy(plan.run(x, w)).view("uint16"))
+    assert (ys[0] == ys[1]).all()

@@ -298,6 +298,21 @@ class Renderer:
             "      }\n}"
         )
 
+    # The kernel's own tile maxima: two 16-bit magnitudes at once ----------------------------
+    def absmax16x2_helper(self, dtype: DType) -> str:
+        """``wino_absmax2(acc, w)``: per 16-bit half of the words (``dtype`` fp16 or bf16), the
+        larger of acc's (a magnitude, never NaN) and |w|'s, NaN dropped as fmax drops it (a NaN
+        half of w leaves acc's half): on the bit patterns with the sign cleared, which order as
+        the values do. CUDA: one max.f16x2 / max.bf16x2 of the sign-cleared word."""
+        return (
+            f"{self.fn} unsigned wino_absmax2(unsigned acc, unsigned w)\n{{\n"
+            "  unsigned out = 0u;\n"
+            "  for (int h = 0; h < 32; h += 16) {\n"
+            "    const unsigned a = (acc >> h) & 0xffffu, v = (w >> h) & 0x7fffu;\n"
+            f"    out |= (v > a && v <= {dtype.inf_bits:#x}u ? v : a) << h;\n"
+            "  }\n  return out;\n}"
+        )
+
     def warp_barrier(self) -> str:
         """Between two phases of one warp: what a warp's threads wrote before it, its threads
         read after it (the emulation: a phase boundary, as ``barrier``)."""
@@ -611,6 +626,15 @@ class CudaRenderer(Renderer):
             f"      for (int j = 0; j < {nt}; ++j)\n"
             + _mma_sync(kind, nt, "af[h][i]", "bf[j].w[2 * h]", "bf[j].w[2 * h + 1]", "        ")
             + "}"
+        )
+
+    def absmax16x2_helper(self, dtype: DType) -> str:
+        kind = {DType.FP16: "f16x2", DType.BF16: "bf16x2"}[dtype]
+        return (
+            f"{self.fn} unsigned wino_absmax2(unsigned acc, unsigned w)\n{{\n"
+            "  unsigned out;  /* max without .NaN: a NaN operand yields the other */\n"
+            f'  asm("max.{kind} %0, %1, %2;" : "=r"(out) : "r"(acc), "r"(w & 0x7fff7fffu));\n'
+            "  return out;\n}"
         )
 
     def async_copy_helpers(self) -> str:
