@@ -86,7 +86,7 @@ SHARD: tuple[GoldenKernel, ...] = (
             32,
             18,
             1,
-            Prescale.SPLIT,
+            Prescale.FUSED,
             extra={"hold": 64, "kpass": 32},
         )
     ),
