@@ -26,7 +26,7 @@ from wino import grid  # noqa: E402
 from wino.builder import builder  # noqa: E402
 from wino.geometry import TileGrid  # noqa: E402
 from wino.launch import stage_launch  # noqa: E402
-from wino.pick import default_fused_specs, default_stage_specs  # noqa: E402
+from wino.pick import default_stage_specs, fused_pipeline  # noqa: E402
 from wino.problem import Problem  # noqa: E402
 from wino.refusals import Refused  # noqa: E402
 from wino.runtime import conv2d_reference, dispatch, relative_error  # noqa: E402
@@ -88,11 +88,7 @@ def _fits(spec, problem: Problem) -> bool:
 
 
 def _pipeline(spec, problem: Problem) -> dict:
-    picks = default_fused_specs(problem, spec.tile, spec.io, spec.mdtype)
-    picks[Stage.FUSED] = spec
-    if spec.prescale is not Prescale.SPLIT:
-        picks.pop(Stage.PRESCALE, None)
-    return picks
+    return fused_pipeline(problem, spec)
 
 
 def build() -> None:

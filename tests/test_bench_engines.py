@@ -157,3 +157,20 @@ def test_the_baked_engine_runs_the_baked_binaries(root, tmp_path):
     assert engines.plan_error(baked, device, operands, workspace, ref) == want
     assert engines.plan_error(_zeroed(aot), device, operands, workspace, ref) != want
     assert engines.chain_us(baked, device, operands, workspace, cached=True) > 0
+
+
+def test_fused_pipelines_carry_k2a_exactly_for_the_split_prescale():
+    """Every fused pipeline the bench times has K2a exactly when its KF reads K2a's scales,
+    whatever the default pick's prescale (the held F4x4 default finds its own: a pipeline built
+    by swapping the KF into the default one lost K2a, and the bench failed those layers)."""
+    from wino.bench.engines import fused_pipelines
+    from wino.grid import aot_stage_specs
+    from wino.vocab import DType, Prescale, Stage
+
+    problem = Problem(N=2, C=64, H=56, W=56, K=64, pad_h=1, pad_w=1, dtype=DType.FP16)
+    names = {s.name for stage in Stage if stage is not Stage.GEMM for s in aot_stage_specs(stage)}
+    pipelines = fused_pipelines(problem, Tile(4, 4), names, None)
+    kinds = {p[Stage.FUSED].prescale for p in pipelines}
+    assert {Prescale.SPLIT, Prescale.FUSED} <= kinds
+    for p in pipelines:
+        assert (Stage.PRESCALE in p) == (p[Stage.FUSED].prescale is Prescale.SPLIT), p

@@ -19,7 +19,7 @@ import wino
 from tests import host_cache
 from wino import grid
 from wino.kinds import BY_KIND, Kind
-from wino.pick import default_fused_specs, default_stage_specs
+from wino.pick import default_stage_specs, fused_pipeline
 from wino.problem import Problem
 from wino.refusals import Refused
 from wino.runtime import conv2d_reference, dispatch, relative_error, tuning
@@ -48,10 +48,7 @@ def _problem(dtype: DType, groups: int = 3, K: int = 24, **fields) -> Problem:
 def _pipeline(spec, problem: Problem) -> dict:
     """The default picks of the spec's tile and dtypes with ``spec`` as the last kernel."""
     if isinstance(spec, RtFusedSpec):
-        picks = default_fused_specs(problem, spec.tile, spec.io, spec.mdtype)
-        if spec.prescale.value != "split":
-            picks.pop(Stage.PRESCALE, None)
-        return {**picks, Stage.FUSED: spec}
+        return fused_pipeline(problem, spec)
     return {**default_stage_specs(problem, spec.tile, target=Target.CUDA), Stage.OUTPUT: spec}
 
 

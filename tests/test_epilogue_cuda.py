@@ -14,14 +14,14 @@ import pytest
 
 import wino
 from wino import grid
-from wino.pick import default_fused_specs, default_stage_specs
+from wino.pick import default_stage_specs, fused_pipeline
 from wino.problem import Problem
 from wino.runtime import conv2d_reference, dispatch, relative_error
 from wino.runtime.reference import epilogue_reference
 from wino.runtime.registry import cuda_available
 from wino.runtime.verify import bound_for
 from wino.specs import RtFusedSpec
-from wino.vocab import Activation, DType, Epilogue, Prescale, Stage, Target
+from wino.vocab import Activation, DType, Epilogue, Stage, Target
 
 pytestmark = [
     pytest.mark.gpu,
@@ -45,10 +45,7 @@ def _problem(spec) -> Problem:
 
 def _pipeline(spec, problem: Problem) -> dict:
     if isinstance(spec, RtFusedSpec):
-        picks = default_fused_specs(problem, spec.tile, spec.io, spec.mdtype)
-        if spec.prescale is not Prescale.SPLIT:
-            picks.pop(Stage.PRESCALE, None)
-        return {**picks, Stage.FUSED: spec}
+        return fused_pipeline(problem, spec)
     return {**default_stage_specs(problem, spec.tile, target=Target.CUDA), Stage.OUTPUT: spec}
 
 

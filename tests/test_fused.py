@@ -19,7 +19,7 @@ from wino import grid
 from wino.codegen.render import render
 from wino.fused import FusedBudget
 from wino.launch import stage_launch
-from wino.pick import default_fused_specs
+from wino.pick import default_fused_specs, fused_pipeline
 from wino.problem import Problem
 from wino.refusals import Refused, spec_refusal
 from wino.runtime import conv2d_reference, dispatch, relative_error
@@ -34,12 +34,8 @@ FUSED = tuple(s for s in grid.aot_stage_specs(Stage.FUSED) if s.epilogue is Epil
 
 
 def _pipeline(spec: RtFusedSpec, problem: Problem) -> dict[Stage, object]:
-    """K1 (U in the MMA dtype), K2a when the spec reads tile scales, and the spec."""
-    picks = default_fused_specs(problem, spec.tile, spec.io, spec.mdtype)
-    picks[Stage.FUSED] = spec
-    if spec.prescale is not Prescale.SPLIT:
-        picks.pop(Stage.PRESCALE, None)
-    return picks
+    """K1 (U in the MMA dtype), K2a when the spec reads K2a's tile scales, and the spec."""
+    return fused_pipeline(problem, spec)
 
 
 def _problem(dtype: DType, **fields) -> Problem:

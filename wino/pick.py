@@ -370,7 +370,25 @@ def default_fused_specs(
     def first(stage: Stage, epilogue: Epilogue = Epilogue.NONE) -> StageSpec:
         return _first_fit(stage, tile, dtype, mdtype, probe, candidates, epilogue, target=target)
 
-    kf = first(Stage.FUSED, epilogue)
+    return _around(first(Stage.FUSED, epilogue), first)
+
+
+def fused_pipeline(
+    problem: Problem, kf: StageSpec, target: Target | None = None
+) -> dict[Stage, StageSpec]:
+    """The fused2d_rt pipeline around a given KF spec: the default K1 (U in kf's MMA dtype),
+    the default K2a when kf reads K2a's tile scales (prescale split), then kf. Raises Refused
+    when no K1 or K2a of the grid fits."""
+    probe = _probe(problem, kf.io)
+
+    def first(stage: Stage) -> StageSpec:
+        return _first_fit(stage, kf.tile, kf.io, kf.mdtype, probe, candidates, target=target)
+
+    return _around(kf, first)
+
+
+def _around(kf: StageSpec, first) -> dict[Stage, StageSpec]:
+    """K1, K2a where kf takes the split prescale, kf (``first(stage)``: that stage's pick)."""
     picks = {Stage.FILTER: first(Stage.FILTER)}
     if kf.prescale is Prescale.SPLIT:
         picks[Stage.PRESCALE] = first(Stage.PRESCALE)

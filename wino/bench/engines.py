@@ -18,11 +18,11 @@ import math
 from dataclasses import replace
 
 from ..grid import aot_stage_specs
-from ..pick import default_fused_specs
+from ..pick import fused_pipeline
 from ..problem import Problem
 from ..refusals import Refused, check_problem
 from ..runtime.plan import Plan, dispatch
-from ..vocab import DType, Epilogue, Prescale, Stage, Target, Tile
+from ..vocab import DType, Epilogue, Stage, Target, Tile
 from . import accuracy
 from .candidates import fits
 from .device import Device, Operands
@@ -56,10 +56,6 @@ def fused_pipelines(
     from ``target``'s grid (None: any target's)."""
     out = []
     for mdtype in (DType.FP16, DType.BF16):
-        try:
-            base = default_fused_specs(problem, tile, problem.dtype, mdtype, target=target)
-        except Refused:
-            continue
         for kf in aot_stage_specs(Stage.FUSED, target):
             if (kf.tile, kf.io, kf.mdtype) != (tile, problem.dtype, mdtype):
                 continue
@@ -67,10 +63,10 @@ def fused_pipelines(
                 continue  # the bench times the plain convolution
             if kf.name not in names or not fits(kf, [problem]):
                 continue
-            specs = dict(base)
-            specs[Stage.FUSED] = kf
-            if kf.prescale is not Prescale.SPLIT:
-                specs.pop(Stage.PRESCALE, None)
+            try:
+                specs = fused_pipeline(problem, kf, target)
+            except Refused:
+                continue
             if all(s.name in names for s in specs.values()):
                 out.append(specs)
     return out[:limit] if limit else out
