@@ -1,0 +1,131 @@
+"""The straight-line transforms (wino.codegen.transforms): the +-a symmetric forms compute the
+exact Winograd matrices' linear maps, share their partial sums as identical text, and take
+fewer operations than one sum per row."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from wino.codegen.transforms import apply_2d, linear_combination, shared, tile_matrices
+from wino.vocab import TILES
+
+MATRICES = [
+    pytest.param(tile.mh, kind, side, id=f"F{tile.mh}-{kind}-{side}")
+    for tile in TILES
+    if tile.mh == tile.mw
+    for kind in ("input", "filter", "output")
+    for side in (0, 1)
+]
+
+
+def _evaluate(expr: str, values: dict[str, float]) -> float:
+    """The C expression in float64 (its float literals' 'f' suffix dropped)."""
+    return eval(re.sub(r"(\d)f\b", r"\1", expr), {}, dict(values))  # noqa: S307 - generated text
+
+
+def _terms(expr: str) -> list[str]:
+    """The top-level terms of a sum (signs dropped)."""
+    depth, start, out = 0, 0, []
+    for i, ch in enumerate(expr):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and expr[i : i + 3] in (" + ", " - "):
+            out.append(expr[start:i])
+            start = i + 3
+    return [*out, expr[start:]]
+
+
+def _cost(exprs: list[str]) -> int:
+    """Floating-point operations of a 1-D pass: each distinct sum (a statement or a shared
+    parenthesized group) costs its terms - 1 adds or fused multiply-adds, plus a multiply where
+    its first term carries a coefficient; a group used twice is computed once."""
+    seen: set[str] = set()
+
+    def cost(expr: str) -> int:
+        expr = expr.lstrip("-")
+        if expr in seen:
+            return 0
+        seen.add(expr)
+        terms = _terms(expr)
+        total = len(terms) - 1 + bool(re.match(r"[\d.]+f \* ", terms[0]))
+        for term in terms:
+            for group in re.findall(r"\(([^()]*)\)", term):
+                total += cost(group)
+        return total
+
+    return sum(cost(e) for e in exprs)
+
+
+@pytest.mark.parametrize("m, kind, side", MATRICES)
+def test_symmetric_rows_are_the_matrix(m, kind, side):
+    """Every row, in its shared form, is the exact matrix row applied to random inputs."""
+    mat = tile_matrices(m, m)[kind][side]
+    rng = np.random.default_rng(m * 10 + side)
+    values = {f"x{k}": float(v) for k, v in enumerate(rng.standard_normal(len(mat[0])))}
+    terms = [f"x{k}" for k in range(len(mat[0]))]
+    for i, row in enumerate(mat):
+        want = sum(float(c) * values[t] for c, t in zip(row, terms, strict=True))
+        got = _evaluate(shared(mat).row(i, terms), values)
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-12), (i, shared(mat).row(i, terms))
+
+
+@pytest.mark.parametrize("m, kind", [(4, "input"), (6, "input"), (4, "filter"), (6, "filter")])
+def test_row_pairs_share_their_partial_sums_as_text(m, kind):
+    """Rows for +a and -a (Bt, G) are E + O and E - O of the same two texts, so the compiler
+    computes E and O once (no reassociation needed)."""
+    mat = tile_matrices(m, m)[kind][0]
+    pairs = shared(mat).row_pairs
+    assert len(pairs) == (m + 2 - 2) // 2  # every finite +-a pair: 2 at F4, 3 at F6
+    terms = [f"x{k}" for k in range(len(mat[0]))]
+    for j, (i, _) in pairs.items():
+        assert set(_terms(shared(mat).row(i, terms))) == set(_terms(shared(mat).row(j, terms)))
+
+
+def test_output_columns_share_their_sums_and_differences():
+    """At's columns for +a and -a: every row reads x_k + x_l or x_k - x_l."""
+    at = tile_matrices(4, 4)["output"][0]
+    assert shared(at).col_pairs == [(1, 2, 1), (3, 4, 1)]
+    terms = [f"x{k}" for k in range(6)]
+    assert [shared(at).row(r, terms) for r in range(4)] == [
+        "x0 + (x1 + x2) + (x3 + x4)",
+        "(x1 - x2) + 2.0f * (x3 - x4)",
+        "(x1 + x2) + 4.0f * (x3 + x4)",
+        "(x1 - x2) + 8.0f * (x3 - x4) + x5",
+    ]
+
+
+@pytest.mark.parametrize("m, kind, plain, symmetric", [(4, "input", 16, 13), (4, "output", 14, 10)])
+def test_symmetric_forms_take_fewer_operations(m, kind, plain, symmetric):
+    """F4x4 per 1-D pass: one sum per row (a unit term first) against the shared forms."""
+    mat = tile_matrices(m, m)[kind][0]
+    terms = [f"x{k}" for k in range(len(mat[0]))]
+    assert _cost([linear_combination(row, terms) for row in mat]) == plain
+    assert _cost([shared(mat).row(i, terms) for i in range(len(mat))]) == symmetric
+
+
+def test_a_unit_term_leads_each_sum():
+    """A +-1 term first: every coefficient term folds into a multiply-add onto it."""
+    assert linear_combination([4, 0, -5, 0, 1, 0], [f"x{k}" for k in range(6)]) == (
+        "x4 + 4.0f * x0 - 5.0f * x2"
+    )
+    assert linear_combination([-2, 3], ["a", "b"]) == "-2.0f * a + 3.0f * b"
+
+
+def test_two_dimensional_transform_is_the_matrix_product():
+    """apply_2d's statements, run in float64, are Bt d B for F4x4 and F6x6."""
+    for m in (4, 6):
+        left, right = tile_matrices(m, m)["input"]
+        n = len(left)
+        rng = np.random.default_rng(m)
+        d = rng.standard_normal((n, n))
+        env = {f"d{a}_{b}": float(d[a, b]) for a in range(n) for b in range(n)}
+        for line in apply_2d(left, right, lambda a, b: f"d{a}_{b}", lambda i, j: f"v{i}_{j}", "t"):
+            name, expr = line.removeprefix("const float ").rstrip(";").split(" = ", 1)
+            env[name] = _evaluate(expr, env)
+        bt = np.array([[float(c) for c in row] for row in left])
+        want = bt @ d @ bt.T
+        got = np.array([[env[f"v{i}_{j}"] for j in range(n)] for i in range(n)])
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
