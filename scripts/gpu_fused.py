@@ -2,7 +2,8 @@
 
     python3 scripts/gpu_fused.py build     # the CUDA cache this script needs, into $WINO_BUILD
     python3 scripts/gpu_fused.py check     # every grid KF spec on CUDA against float64
-    python3 scripts/gpu_fused.py time [fp16|bf16]  # fused vs unfused vs cuDNN on public layers
+    python3 scripts/gpu_fused.py time [fp16|bf16] [PART]  # fused (specs named *PART*) vs unfused
+                                                          # vs cuDNN on public layers
     python3 scripts/gpu_fused.py sanitize  # one small fused plan (run under compute-sanitizer)
     python3 scripts/gpu_fused.py profile LAYER SPEC  # one layer's fused plan, twice (for ncu)
 
@@ -221,9 +222,10 @@ def _cudnn_issue(torch, xt, wt):
     return lambda s: torch.nn.functional.conv2d(xc, wc, None, 1, 1)
 
 
-def time_layers(dtype_name: str = "fp16") -> None:
-    """Every grid KF spec of the io dtype per layer (the best is reported), the unfused default
-    plan and cuDNN, U cached, in one run on the same tensors."""
+def time_layers(dtype_name: str = "fp16", contains: str = "") -> None:
+    """Every grid KF spec of the io dtype per layer whose name holds ``contains`` (the best is
+    reported), the unfused default plan and cuDNN, U cached, in one run on the same tensors;
+    a layer no such spec fits is skipped."""
     import cupy
     import torch
 
@@ -239,13 +241,18 @@ def time_layers(dtype_name: str = "fp16") -> None:
     )
     for label, fields in LAYERS:
         problem = _layer(fields, DType(dtype_name))
+        specs = [s for s in FUSED if s.io is problem.dtype and contains in s.name]
+        specs = [s for s in specs if _fits(s, problem)]
+        if not specs:
+            print(f"# {label}: no KF spec with {contains!r} in its name fits")
+            continue
         _, _, xt, wt = _device_inputs(problem, label)
         ref = torch.nn.functional.conv2d(
             xt.permute(0, 3, 1, 2).float(), wt.permute(0, 3, 1, 2).float(), None, 1, 1
         )
         ref = ref.permute(0, 2, 3, 1)
         best = None
-        for spec in (s for s in FUSED if s.io is problem.dtype and _fits(s, problem)):
+        for spec in specs:
             plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
             t, y = _timed_plan(plan, xt, wt, timer)
             err = float((y.float() - ref).abs().max() / ref.abs().max())
@@ -268,14 +275,18 @@ def time_layers(dtype_name: str = "fp16") -> None:
 
 def sanitize() -> None:
     """One small fused plan per MMA dtype pairing and per held schedule variant (one pass with
-    K2a's scales, two passes with the kernel's own, two blocks per SM) (compute-sanitizer runs
-    this)."""
-    held = [s for s in FUSED if s.hold and s.io is DType.FP16]
-    one_pass = next(s for s in held if not s.kpass and s.prescale is Prescale.SPLIT)
-    own = next(s for s in held if s.kpass and not s.min_blocks and s.prescale is Prescale.FUSED)
-    pair = next(s for s in held if s.min_blocks and s.prescale is Prescale.FUSED)
+    K2a's scales, two passes with the kernel's own, two blocks per SM), each with its transforms
+    on the CUDA cores and on the MMA (tcx 0, 1) (compute-sanitizer runs this)."""
     chunked = (FUSED[0], next(s for s in FUSED if s.mdtype is DType.BF16))
-    for spec in (*chunked, one_pass, own, pair):
+    held = []
+    for tcx in (0, 1):
+        of = [s for s in FUSED if s.hold and s.io is DType.FP16 and s.tcx == tcx]
+        held += [
+            next(s for s in of if not s.kpass and s.prescale is Prescale.SPLIT),
+            next(s for s in of if s.kpass and not s.min_blocks and s.prescale is Prescale.FUSED),
+            next(s for s in of if s.min_blocks and s.prescale is Prescale.FUSED),
+        ]
+    for spec in (*chunked, *held):
         problem = _problem(spec.io, C=48, K=40, H=9, W=10)
         plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
         _, _, xt, wt = _device_inputs(problem, "sanitize")

@@ -20,7 +20,7 @@ def _build_in_tmp(tmp_path_factory, monkeypatch):
 
 def test_shard_is_representative():
     specs = [k.spec for k in golden.SHARD]
-    assert 12 <= len(golden.SHARD) <= 19
+    assert 12 <= len(golden.SHARD) <= 20
     assert {s.stage for s in specs} == set(GRID_STAGES)
     k2 = [s for s in specs if isinstance(s, RtInputSpec)]
     assert {s.path for s in k2} == set(K2Path)
@@ -34,6 +34,8 @@ def test_shard_is_representative():
     }
     assert any(k.baked for k in golden.SHARD)
     assert {s.hold for s in specs if s.stage is Stage.FUSED} == {0, 64}  # both KF schedules
+    held = [s for s in specs if s.stage is Stage.FUSED and s.hold]
+    assert {s.tcx for s in held} == {0, 1}  # the held transforms on both units
     assert len({k.label for k in golden.SHARD}) == len(golden.SHARD)
     assert all(in_grid(k.spec) for k in golden.SHARD), "shard specs should be grid kernels"
 

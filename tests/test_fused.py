@@ -251,6 +251,28 @@ def test_held_budget_arithmetic():
     assert two.smem_bytes == b.smem_bytes and (b.kpass, b.park_per_thread) == (64, 0)
 
 
+def test_held_budget_with_the_transforms_on_the_mma():
+    """tcx 1: bins 8 elements further apart, a staged window per warp, 1 / fs per channel."""
+    spec = RtFusedSpec(
+        Tile(4, 4), tiles=32, kblock=64, cchunk=32, warps=12, extra={"hold": 64, "tcx": 1}
+    )
+    b = FusedBudget.of(spec)
+    assert (b.lda, b.bin_ld, b.xs_elems) == (72, 32 * 72 + 8, 36 * (32 * 72 + 8))
+    # consecutive bins 16 bytes apart modulo the 128 bytes of the banks: the 8 bins of an
+    # ldmatrix.trans row set (the output transform's B) hit 8 distinct 16-byte bank groups
+    assert {(a * b.bin_ld * 2) % 128 for a in range(8)} == set(range(0, 128, 16))
+    # then one staged window (36 positions x 32 channels, rows padded by 8: 80 bytes, so the
+    # 8 rows of an ldmatrix.trans hit 8 bank groups too) per warp
+    assert (b.slot_ld, b.slot_elems) == (40, 36 * 40)
+    assert {(q * b.slot_ld * 2) % 128 for q in range(8)} == set(range(0, 128, 16))
+    assert b.table_offset == 36 * b.bin_ld * 2 + 12 * 36 * 40 * 2
+    assert b.tfr_offset == b.table_offset + 32 * 28  # then 1 / fs of the 64 channels
+    assert b.smem_bytes == b.tfr_offset + 64 * 4
+    two = FusedBudget.of(spec.replace(warps=18, extra={"hold": 64, "kpass": 32, "tcx": 1}))
+    assert two.smem_bytes == b.smem_bytes + 6 * 36 * 40 * 2  # 6 more warps' windows
+    assert FusedBudget.of(spec.replace(extra={"tcx": 1})).tcx == 0  # the held schedule's only
+
+
 def test_the_held_kernel_multiplies_from_global_b_and_syncs_its_warp():
     held = next(s for s in FUSED if s.hold)
     cuda, c = render(held, "cuda"), render(held, "c")
@@ -259,6 +281,23 @@ def test_the_held_kernel_multiplies_from_global_b_and_syncs_its_warp():
     assert "cp.async" not in cuda  # nothing staged asynchronously: V is computed, U streamed
     assert "wino_kchan" in c and "ldmatrix" not in c and "asm" not in c
     assert f"static const int wino_hold __attribute__((unused)) = {held.hold};" in c
+
+
+def test_the_held_transforms_run_on_the_mma_at_tcx_1():
+    """CUDA: the windows staged per warp by 16-byte async copies, B fragments of both
+    transforms by ldmatrix.trans (windows and M), the transform matrices as A operands (tables
+    in the module); the host: the same tables, summed per lane. tcx 0: none of it."""
+    held = next(s for s in FUSED if s.tcx and s.tile == Tile(4, 4))
+    cuda, c = render(held, "cuda"), render(held, "c")
+    assert cuda.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 2
+    assert "wino_cp_async16(slot" in cuda and "wino_cp_async16(Us" not in cuda  # U streamed
+    assert "static __device__ const unsigned short wino_atk[16][48]" in cuda
+    assert "static __device__ const wino_b16 wino_btf[288]" in cuda  # 3 x 3 x 32 lanes
+    assert "static const unsigned short wino_atk[16][48]" in c and "wino_warp_out_mma(" in c
+    assert "static const unsigned short wino_btk[48][48]" in c and "wino_in_mma(" in c
+    assert "asm" not in c and "ldmatrix" not in c
+    plain = render(held.replace(extra={**dict(held.extra), "tcx": 0}), "cuda")
+    assert "wino_atk" not in plain and "wino_btk" not in plain and ".trans" not in plain
 
 
 def test_default_picks_have_no_refused_spec():
@@ -308,12 +347,14 @@ def _wide_range_input(problem: Problem, seed: str) -> np.ndarray:
 OWN_SCALES = [s for s in FUSED if s.prescale is Prescale.FUSED]
 
 
+@pytest.mark.parametrize("channels", [37, 64], ids=["pairs", "vec8"])
 @pytest.mark.parametrize("spec", OWN_SCALES, ids=[s.name for s in OWN_SCALES])
-def test_own_tile_scales_give_the_split_prescales_bits(spec, root):
+def test_own_tile_scales_give_the_split_prescales_bits(spec, channels, root):
     """Prescale fused (the kernel finds each tile's max, no K2a) against the split prescale
     (K2a's scales) of the same kernel: the same scales where G = 1, so y bit for bit, on inputs
-    whose tiles span 2^36 in magnitude with an Inf and a NaN among them."""
-    problem = _problem(spec.io, N=4, H=30, W=30)  # 256 F4x4 tiles, about 90 with one outlier
+    whose tiles span 2^36 in magnitude with an Inf and a NaN among them; the maxima by channel
+    pairs (C odd) and by 16-byte loads (C a multiple of 8, the held kernel's MMA path)."""
+    problem = _problem(spec.io, N=4, H=30, W=30, C=channels)  # 256 F4x4 tiles, ~90 outliers
     x = _wide_range_input(problem, spec.name)
     w = _rng("w" + spec.name).standard_normal((problem.K, 3, 3, problem.Cg))
     w = w.astype(numpy_dtype(spec.io))
@@ -348,3 +389,26 @@ def test_own_tile_scales_on_the_chunked_kernel(tmp_path):
     plan = dispatch(grouped, target="c", cache_root=tmp_path, specs=_pipeline(spec, grouped))
     _, error = run_poisoned(plan, "chunked-grouped")
     assert 0 < error <= bound_for(spec.tile, spec.io, spec.mdtype)
+
+
+HELD_BF16 = [s for s in FUSED if s.tcx and s.io is DType.BF16]
+
+
+@pytest.mark.parametrize("spec", HELD_BF16, ids=[s.name for s in HELD_BF16])
+def test_held_mma_transform_keeps_extreme_tiles_in_range(spec, root):
+    """The held kernel's input transform on the MMA sums unscaled products in fp32 and scales
+    after: bf16 windows near 2^124 (their unscaled V passes fp32's largest value) and near
+    2^-100 take the fp32 path from the staged window instead (scales past 2^-64 .. 2^64).
+    C/G a multiple of 8 (the MMA path): each image within the tile's bound of its own
+    float64 reference, 1 / 2^124 / 2^-100 magnitudes in images 0 / 1 / 2."""
+    problem = _problem(spec.io, N=3, C=64, K=24, H=10, W=9)
+    rng = _rng("extreme" + spec.name)
+    x = rng.standard_normal((problem.N, problem.H, problem.W, problem.C))
+    x *= np.array([1.0, 2.0**124, 2.0**-100])[:, None, None, None]
+    w = rng.standard_normal((problem.K, 3, 3, problem.Cg)) * 2.0**-14
+    x, w = x.astype(numpy_dtype(spec.io)), w.astype(numpy_dtype(spec.io))
+    plan = dispatch(problem, target="c", cache_root=root, specs=_pipeline(spec, problem))
+    y = plan.run(x, w).astype(np.float64)
+    ref = conv2d_reference(x, w, (1, 1), (1, 1), 1)
+    for n in range(problem.N):
+        assert relative_error(y[n], ref[n]) <= bound_for(spec.tile, spec.io, spec.mdtype), n

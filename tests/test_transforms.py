@@ -9,8 +9,15 @@ import re
 import numpy as np
 import pytest
 
-from wino.codegen.transforms import apply_2d, linear_combination, shared, tile_matrices
-from wino.vocab import TILES
+from wino.codegen.transforms import (
+    apply_2d,
+    kron_bits,
+    linear_combination,
+    shared,
+    tile_matrices,
+)
+from wino.runtime.arrays import numpy_dtype
+from wino.vocab import TILES, DType
 
 MATRICES = [
     pytest.param(tile.mh, kind, side, id=f"F{tile.mh}-{kind}-{side}")
@@ -129,3 +136,26 @@ def test_two_dimensional_transform_is_the_matrix_product():
         want = bt @ d @ bt.T
         got = np.array([[env[f"v{i}_{j}"] for j in range(n)] for i in range(n)])
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [DType.FP16, DType.BF16])
+@pytest.mark.parametrize("kind", ["input", "output"])
+@pytest.mark.parametrize("tile", list(TILES), ids=lambda t: t.name)
+def test_kron_matrix_is_the_two_dimensional_transform(tile, kind, dtype):
+    """The held fused kernel's transform matrices (one GEMM per tile): a row times the
+    flattened tile, read in V's bin order (the window's for the input), gives L d R^T exactly
+    for every tile and both transforms, in 16-row, 16-column blocks whose padding is zero."""
+    if (tile.mh, tile.mw, kind, dtype) == (6, 6, "input", DType.BF16):  # 21/4 x 21/4: 9 bits
+        with pytest.raises(ValueError, match="is not exact in"):
+            kron_bits(kind, tile.mh, tile.mw, dtype)
+        return
+    bits = np.array(kron_bits(kind, tile.mh, tile.mw, dtype), dtype=np.uint16)
+    kron = bits.view(numpy_dtype(dtype)).astype(np.float64)
+    left, right = (np.array(m, dtype=float) for m in tile_matrices(tile.mh, tile.mw)[kind])
+    rows, cols = left.shape[0] * right.shape[0], left.shape[1] * right.shape[1]
+    assert kron.shape == (-(-rows // 16) * 16, -(-cols // 16) * 16)
+    assert not kron[rows:].any() and not kron[:, cols:].any()
+    d = np.random.default_rng(rows).integers(-64, 64, size=(left.shape[1], right.shape[1]))
+    want = left @ d @ right.T
+    got = (kron[:rows, :cols] @ d.reshape(-1).astype(float)).reshape(want.shape)
+    np.testing.assert_array_equal(got, want)

@@ -23,10 +23,20 @@ bins_per_warp x tm x kb / 32.
 The held schedule (axis ``hold`` > 0, docs/FUSED.md "The held schedule"):
   Vs [A][tm][hold + PAD]  V of every channel (at most hold), columns permuted within each
                          32-channel step to the order the MMA's B fragments load U in
-                         (``wino_kcol``; addressed through ``wino_vidx``);
+                         (``wino_kcol``; addressed through ``wino_vidx``); bin a starts at
+                         a x ``bin_ld`` elements, ``bin_ld`` = tm x (hold + PAD), + PAD with
+                         the transforms on the MMA (axis ``tcx``), so the 8 consecutive bins
+                         an ``ldmatrix.trans`` row set of the output transform's MMA reads hit
+                         8 distinct 16-byte bank groups;
                          after bin a's MMA its warp stores M[a] [tm][kb] in fp16 over the
                          first kb columns of Vs[a] (kb <= hold)
+  Xw [warps][A][STEP + PAD]  (tcx 1) per warp, one tile's input window of one 32-channel step (io
+                         dtype), staged by 16-byte asynchronous copies: the B operand of the
+                         input transform's MMA (rows: window positions; the row pad puts the 8
+                         rows of an ldmatrix.trans on 8 distinct 16-byte bank groups)
   Tiles [tm]             as above
+  Tfr [kb]               (tcx 1) 1 / fs[k] of the block's output channels (0 where fs is past
+                         2^-100 .. 2^100): the output phase's unscale is one product there
 Warps own whole bins and multiply them one after another, so the accumulators per thread are
 one bin's: tm x kb / 32, or with ``kpass`` (kb / kpass passes over the same V) one pass's,
 tm x kpass / 32, the earlier passes' M parked as fp16 pairs in registers until the last pass.
@@ -40,6 +50,7 @@ from .specs import RtFusedSpec
 
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync m16n8k16
 PAD = 8  # elements of row padding in Xs and Us
+STEP = 32  # held schedule: input channels per MMA step (and per staged window)
 MS_PAD = 8  # floats of row padding in Ms (64-bit fragment stores of 16 lanes hit 32 banks)
 TILE_BYTES = 8 + 8 + 4 + 4 + 4  # the tile table's row: x mask, y mask, x offset, y offset, scale
 SM_REGISTERS = 65536  # 32-bit registers per SM (sm_90)
@@ -65,17 +76,27 @@ class FusedBudget:
     kpass: int = 0  # held schedule: output channels per MMA pass (kblock for one pass)
     park_per_thread: int = 0  # held schedule: fp16 pairs of the earlier passes' M a thread parks
     hold: int = 0  # the schedule: 0 chunked, else the held schedule's most channels (axis hold)
+    bin_ld: int = 0  # held schedule: elements from bin a's rows of Vs to bin a + 1's
+    slot_ld: int = 0  # held schedule: elements between window positions in a warp's slot
+    slot_elems: int = 0  # held schedule: elements of one warp's staged window
+    tfr_offset: int = 0  # held schedule: bytes from the start of shared memory to Tfr
+    tcx: int = 0  # held schedule: 1 runs both transforms on the MMA (axis tcx)
 
     @classmethod
     def of(cls, spec: RtFusedSpec) -> FusedBudget:
         bins, tm, kb = spec.tile.bins, spec.tiles, spec.kblock
         per_warp = bins // spec.warps if spec.warps > 0 and bins % spec.warps == 0 else 0
         hold = getattr(spec, "hold", 0)  # 0 where a grid does not declare the axis
+        tcx = getattr(spec, "tcx", 0) if hold > 0 else 0
         if hold > 0:  # V of every channel; one bin's accumulators and B fragments a thread
             lda = hold + PAD
-            xs, us = bins * tm * lda, 0
+            bin_ld = tm * lda + (PAD if tcx else 0)
+            xs, us = bins * bin_ld, 0
             cols, ms_ld = kb, lda  # M in fp16 over V, one slice
-            table = -(-xs * spec.mdtype.itemsize // 16) * 16
+            slot_ld = STEP + PAD if tcx else 0
+            slot_elems = bins * slot_ld
+            slots = spec.warps * slot_elems * spec.io.itemsize
+            table = -(-(xs * spec.mdtype.itemsize + slots) // 16) * 16
             kpass = getattr(spec, "kpass", 0) or kb
             acc = tm * kpass // 32 if per_warp else 0
             park = (kb // kpass - 1) * acc // 2 if kb % kpass == 0 else 0
@@ -89,8 +110,10 @@ class FusedBudget:
             ms_ld = cols + MS_PAD
             table = -(-max(operand_bytes, bins * tm * ms_ld * 4) // 16) * 16
             acc = regs = per_warp * tm * kb // 32
-            kpass, park = kb, 0
-        smem = table + -(-tm * TILE_BYTES // 16) * 16
+            kpass, park, bin_ld, slot_ld, slot_elems = kb, 0, 0, 0, 0
+        smem = tfr = table + -(-tm * TILE_BYTES // 16) * 16
+        if tcx:  # after the tiles: 1 / fs of the block's channels (fp32 each)
+            smem += -(-kb * 4 // 16) * 16
         regs += max(64, bins + REG_OVERHEAD)
         return cls(
             lda=lda,
@@ -108,6 +131,11 @@ class FusedBudget:
             kpass=kpass,
             park_per_thread=park,
             hold=hold,
+            bin_ld=bin_ld,
+            slot_ld=slot_ld,
+            slot_elems=slot_elems,
+            tfr_offset=tfr if tcx else 0,
+            tcx=tcx,
         )
 
 
@@ -132,10 +160,30 @@ def blocks_fit(block: int, smem: int) -> int:
     return min(SM_SHARED // (smem + BLOCK_SHARED_RESERVE), 2048 // max(block, 1))
 
 
+def transforms_exact(spec: RtFusedSpec) -> bool:
+    """Whether the held schedule's MMA transforms hold their coefficients exactly: the input
+    transform's in the io dtype (the MMA multiplies x as stored), the output transform's in
+    the MMA dtype (M's storage). F6x6's input transform (21/4 and its products) is not exact
+    in bf16."""
+    from .codegen.transforms import kron_bits
+    from .vocab import DType
+
+    pairs = (("input", spec.io), ("output", spec.mdtype))
+    if any(dtype not in (DType.FP16, DType.BF16) for _, dtype in pairs):
+        return False
+    try:
+        for kind, dtype in pairs:
+            kron_bits(kind, spec.tile.mh, spec.tile.mw, dtype)
+    except ValueError:
+        return False
+    return True
+
+
 def fused_namespace(spec: RtFusedSpec) -> dict[str, int]:
     """The derived sizes the refusal rules of stage kf may use."""
     b = FusedBudget.of(spec)
     return dict(
+        transforms_exact=b.tcx == 0 or transforms_exact(spec),
         block=spec.block,
         bins_per_warp=b.bins_per_warp,
         acc_per_thread=b.acc_per_thread,

@@ -90,6 +90,20 @@ SHARD: tuple[GoldenKernel, ...] = (
             extra={"hold": 64, "kpass": 32},
         )
     ),
+    GoldenKernel(  # the held kernel's transforms on the MMA, bf16 io (its input MMA in bf16)
+        RtFusedSpec(
+            Tile(4, 4),
+            _BF16,
+            _F16,
+            32,
+            64,
+            32,
+            18,
+            1,
+            Prescale.FUSED,
+            extra={"hold": 64, "kpass": 32, "tcx": 1},
+        )
+    ),
     GoldenKernel(RtFusedSpec(Tile(4, 6), _BF16, _BF16, 16, 16, 16, 4, 1, Prescale.NONE)),
 )
 

@@ -19,7 +19,13 @@ from ..problem import Problem
 from ..specs import RtFusedSpec, StageSpec
 from ..vocab import Activation, K2Path, Prescale, Target
 from .renderers import RENDERERS
-from .transforms import apply_2d, apply_2d_row_pieces, apply_2d_rows, tile_matrices
+from .transforms import (
+    apply_2d,
+    apply_2d_row_pieces,
+    apply_2d_rows,
+    kron_bits,
+    tile_matrices,
+)
 
 TEMPLATES = ROOT / "templates"
 
@@ -51,7 +57,7 @@ def _transform_lines(spec: StageSpec) -> dict[str, list[str]]:
         "input_lines": apply_2d(*mats["input"], window(tile.aw), window(tile.aw), "t"),
         "filter_lines": apply_2d(*mats["filter"], window(3), window(tile.aw), "t"),
         "output_lines": apply_2d(*mats["output"], window(tile.aw), window(tile.mw), "t"),
-        # KF's held schedule: two output channels interleaved, v < 2 (templates/fused2d.j2)
+        # KF's held schedule at tcx 0: two output channels interleaved, v < 2 (fused2d.j2)
         "output_pair_lines": apply_2d(*mats["output"], window(tile.aw, 2), window(tile.mw, 2), "t"),
         # K2's streamed variant: one row of bins at a time into vout[j] (templates/k2_input.j2)
         "input_rows": apply_2d_rows(
@@ -64,6 +70,18 @@ def _transform_lines(spec: StageSpec) -> dict[str, list[str]]:
             lambda i, b: f"tb[{b * vec} + v]",
             lambda i, j: "vout[v]",
         ),
+    }
+
+
+def _held_matrices(spec: StageSpec, budget: FusedBudget | None) -> dict[str, object]:
+    """The held fused kernel's transforms on the MMA (axis tcx, templates/fused2d.j2): the
+    input transform's matrix in the io dtype, the output transform's in the MMA dtype."""
+    if budget is None or not budget.tcx:
+        return {"in_kron": None, "out_kron": None}
+    tile = spec.tile
+    return {
+        "in_kron": kron_bits("input", tile.mh, tile.mw, spec.io),
+        "out_kron": kron_bits("output", tile.mh, tile.mw, spec.mdtype),
     }
 
 
@@ -90,6 +108,7 @@ def render(
     kind = kind_of(spec)
     renderer = RENDERERS[target](baked=kernargs)
     tile = spec.tile
+    budget = FusedBudget.of(spec) if isinstance(spec, RtFusedSpec) else None
     context = dict(
         spec=spec,
         r=renderer,
@@ -108,7 +127,8 @@ def render(
         bins=tile.bins,
         vec=getattr(spec, "vec", 1),
         block=spec.block,
-        fused=FusedBudget.of(spec) if isinstance(spec, RtFusedSpec) else None,
+        fused=budget,
+        **_held_matrices(spec, budget),
         io=spec.io,
         xdtype=getattr(spec, "xdtype", None),
         accdtype=getattr(spec, "accdtype", None),

@@ -64,6 +64,7 @@ class Renderer:
     # bits. The host compiles with contraction off; HIP has no such intrinsic without the ROCm
     # headers (-nogpuinc), so its product is plain (compile-only there, not verified).
     exact_mul_format = "({a}) * ({b})"
+    device_const = "static const"  # a constant table in the kernel's module
 
     def __init__(self, baked: dict[str, int] | None = None):
         self.baked = baked  # a problem's kernargs baked in as constants (the JIT route)
@@ -298,6 +299,84 @@ class Renderer:
             "      }\n}"
         )
 
+    # The held schedule's output transform on the MMA ------------------------------------------
+    def out_mma_helper(self, dtype: DType, coef: list[list[int]], bins: int) -> str:
+        """The output transform as a GEMM per (tile, 16 output channels):
+        ``Y[o][n] = sum over a of AT[o][a] M[a][n]``, AT the tile's Kronecker output matrix
+        (``coef``: its rows as ``dtype`` bit patterns, exact; zero rows and columns pad it to
+        multiples of 16). ``wino_out_frag(af, lane)`` fills the lane's A fragments of AT (per
+        16-row tile i and k16 step ks, ``af[4 (i KS + ks) ..]``, mma.sync's layout);
+        ``wino_warp_out_mma(d, af, m, bs, lane)`` accumulates, per 16-row tile i and 8-channel
+        tile j, ``d[4 (2 i + j) + e]`` += sum over k < 16 KS of AT[r][k] times M(k, c), r =
+        16 i + g + 8 (e / 2), c = 8 j + 2 t + e % 2 (g = lane / 4, t = lane % 4), where M(k, c)
+        = ``m[min(k, bins - 1) * bs + c]`` (bin k's row at stride ``bs``; the padding bins
+        read the last real bin, whose coefficient is 0: only a non-finite M there reaches the
+        tile's other outputs, as a non-finite window value does). This scalar form sums from
+        the table; CUDA loads B by ldmatrix.trans (rows: 8 consecutive bins, 8 channels each)
+        and multiplies on mma.sync."""
+        rows, kp = len(coef), len(coef[0])
+        table = ",\n".join("  {" + ", ".join(f"{v:#06x}" for v in row) + "}" for row in coef)
+        a = self.to_float(dtype, "wino_atk[r][k]")
+        b = self.to_float(dtype, f"m[(k < {bins} ? k : {bins - 1}) * bs + c]")
+        return (
+            f"{self.device_const} unsigned short wino_atk[{rows}][{kp}] = {{\n{table}\n}};\n"
+            f"{self.fn} void wino_out_frag(unsigned* af, unsigned lane)\n{{\n"
+            "  const unsigned g = lane >> 2, t = lane & 3u;\n"
+            f"  for (int i = 0; i < {rows // 16}; ++i)\n"
+            f"    for (int ks = 0; ks < {kp // 16}; ++ks)\n"
+            "      for (int e = 0; e < 4; ++e) {\n"
+            "        const unsigned r = 16u * (unsigned)i + g + 8u * (unsigned)(e & 1);\n"
+            "        const unsigned k = 16u * (unsigned)ks + 2u * t + 8u * (unsigned)(e >> 1);\n"
+            f"        af[4 * (i * {kp // 16} + ks) + e] ="
+            " (unsigned)wino_atk[r][k] | (unsigned)wino_atk[r][k + 1] << 16;\n"
+            "      }\n}\n"
+            f"{self.fn} void wino_warp_out_mma(float* d, const unsigned* af,"
+            " const unsigned short* m, int bs, unsigned lane)\n{\n"
+            "  (void)af;\n"
+            "  const unsigned g = lane >> 2, t = lane & 3u;\n"
+            f"  for (int i = 0; i < {rows // 16}; ++i)\n"
+            "    for (int j = 0; j < 2; ++j)\n"
+            "      for (int e = 0; e < 4; ++e) {\n"
+            "        const int r = 16 * i + (int)g + 8 * (e >> 1);\n"
+            "        const int c = 8 * j + 2 * (int)t + (e & 1);\n"
+            "        float s = 0.0f;\n"
+            f"        for (int k = 0; k < {kp}; ++k) s += {a} * {b};\n"
+            "        d[4 * (2 * i + j) + e] += s;\n"
+            "      }\n}"
+        )
+
+    def in_mma_helper(self, dtype: DType, coef: list[list[int]], bins: int, ld: int) -> str:
+        """The input transform as a GEMM per tile window staged in shared memory: rows are the
+        window positions q (row stride ``ld`` elements), 32 channels each. ``wino_xfrag``
+        holds a warp's view of one staged window (``wino_in_bfrag(f, slot, lane)``);
+        ``wino_in_mma(d, i, f, lane)`` accumulates the bins of 16-row tile i, per 8-channel
+        tile j: ``d[4 j + e]`` += sum over k < 16 KS of BK[r][k] times X(k, c), r = 16 i + g +
+        8 (e / 2), c = 8 j + 2 t + e % 2, BK the tile's input matrix (``coef``: ``dtype`` bit
+        patterns, exact, zero-padded to multiples of 16) and X(k, c) = ``slot[min(k, bins - 1)
+        * ld + c]`` (the padding positions read the last one, whose coefficient is 0). This
+        scalar form sums from the table; CUDA keeps the lane's B fragments (ldmatrix.trans of
+        8 positions x 8 channels) in the frag and the A fragments of BK in a per-lane table."""
+        rows, kp = len(coef), len(coef[0])
+        table = ",\n".join("  {" + ", ".join(f"{v:#06x}" for v in row) + "}" for row in coef)
+        a = self.to_float(dtype, "wino_btk[r][k]")
+        b = self.to_float(dtype, f"f->p[(k < {bins} ? k : {bins - 1}) * {ld} + c]")
+        return (
+            f"{self.device_const} unsigned short wino_btk[{rows}][{kp}] = {{\n{table}\n}};\n"
+            "typedef struct { const unsigned short* p; } wino_xfrag;\n"
+            f"{self.fn} void wino_in_bfrag(wino_xfrag* f, const unsigned short* slot,"
+            " unsigned lane)\n{\n  (void)lane;\n  f->p = slot;\n}\n"
+            f"{self.fn} void wino_in_mma(float* d, int i, const wino_xfrag* f, unsigned lane)\n{{\n"
+            "  const unsigned g = lane >> 2, t = lane & 3u;\n"
+            "  for (int j = 0; j < 4; ++j)\n"
+            "    for (int e = 0; e < 4; ++e) {\n"
+            "      const int r = 16 * i + (int)g + 8 * (e >> 1);\n"
+            "      const int c = 8 * j + 2 * (int)t + (e & 1);\n"
+            "      float s = 0.0f;\n"
+            f"      for (int k = 0; k < {kp}; ++k) s += {a} * {b};\n"
+            "      d[4 * j + e] += s;\n"
+            "    }\n}"
+        )
+
     # The kernel's own tile maxima: two 16-bit magnitudes at once ----------------------------
     def absmax16x2_helper(self, dtype: DType) -> str:
         """``wino_absmax2(acc, w)``: per 16-bit half of the words (``dtype`` fp16 or bf16), the
@@ -487,6 +566,7 @@ class CudaRenderer(Renderer):
     fabs = "fabsf"
     fmax = "fmaxf"
     exact_mul_format = "__fmul_rn({a}, {b})"
+    device_const = "static __device__ const"
     unroll = "#pragma unroll"
     no_unroll = "#pragma unroll 1"
     shared_qualifier = "__shared__ "
@@ -628,6 +708,93 @@ class CudaRenderer(Renderer):
             + "}"
         )
 
+    def out_mma_helper(self, dtype: DType, coef: list[list[int]], bins: int) -> str:
+        """The base class's table and fragments; B per k16 step by one ldmatrix.x4.trans (lane
+        l addresses bin 16 ks + 8 ((l / 8) % 2) + l % 8, clamped to the last bin, channels
+        8 (l / 16) ..: registers 0, 1 the first 8-channel tile's B fragment, 2, 3 the
+        second's), then 2 mma.sync per 16-row tile."""
+        rows, kp = len(coef), len(coef[0])
+        scalar = super().out_mma_helper(dtype, coef, bins)
+        head = scalar[: scalar.index(f"{self.fn} void wino_warp_out_mma")]
+        kind = {DType.FP16: "f16", DType.BF16: "bf16"}[dtype]
+        a = f"(af + 4 * (i * {kp // 16} + ks))"
+        mma = _mma_sync(kind, 2, a, "b[2 * j]", "b[2 * j + 1]", "        ")
+        return (
+            head + f"{self.fn} void wino_warp_out_mma(float* d, const unsigned* af,"
+            " const unsigned short* m, int bs, unsigned lane)\n{\n"
+            "  const int r = (int)(lane & 7u) + 8 * (int)((lane >> 3) & 1u);\n"
+            "  const int j8 = 8 * (int)(lane >> 4);\n"
+            "#pragma unroll\n"
+            f"  for (int ks = 0; ks < {kp // 16}; ++ks) {{\n"
+            f"    const int k = 16 * ks + r < {bins} ? 16 * ks + r : {bins - 1};\n"
+            "    const unsigned s = (unsigned)__cvta_generic_to_shared(m + k * bs + j8);\n"
+            "    unsigned b[4];\n"
+            '    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "\n'
+            '                 "{%0, %1, %2, %3}, [%4];"\n'
+            '                 : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3]) : "r"(s));\n'
+            "#pragma unroll\n"
+            f"    for (int i = 0; i < {rows // 16}; ++i)\n"
+            "#pragma unroll\n"
+            "      for (int j = 0; j < 2; ++j)\n" + mma + "  }\n}"
+        )
+
+    def in_mma_helper(self, dtype: DType, coef: list[list[int]], bins: int, ld: int) -> str:
+        """The frag is the lane's B fragments of the whole window: per k16 step ks and
+        channel half h, one ldmatrix.x4.trans (lane l addresses position 16 ks + 8 ((l / 8) %
+        2) + l % 8, clamped to the last, channels 16 h + 8 (l / 16) ..): registers 0, 1 the
+        B fragment of 8-channel tile 2 h, 2, 3 of tile 2 h + 1. BK's A fragments come from a
+        per-lane table (one 16-byte load per 16-row tile and k16 step, L1-resident), then
+        4 mma.sync per k16 step."""
+        rows, kp = len(coef), len(coef[0])
+        frags = []
+        for i in range(rows // 16):
+            for ks in range(kp // 16):
+                for lane in range(32):
+                    g, t = lane >> 2, lane & 3
+                    words = []
+                    for e in range(4):
+                        r, k = 16 * i + g + 8 * (e & 1), 16 * ks + 2 * t + 8 * (e >> 1)
+                        words.append(coef[r][k] | coef[r][k + 1] << 16)
+                    frags.append("{{" + ", ".join(f"{w:#010x}u" for w in words) + "}}")
+        kind = {DType.FP16: "f16", DType.BF16: "bf16"}[dtype]
+        mma = _mma_sync(
+            kind,
+            0,
+            "a.w",
+            "f->r[ks][j >> 1][2 * (j & 1)]",
+            "f->r[ks][j >> 1][2 * (j & 1) + 1]",
+            "      ",
+        )
+        mma = mma.replace("d[4 * (i * 0 + j)", "d[4 * j")
+        return (
+            f"{self.device_const} wino_b16 wino_btf[{len(frags)}] = {{\n  "
+            + ",\n  ".join(frags)
+            + "\n};\n"
+            f"typedef struct {{ unsigned r[{kp // 16}][2][4]; }} wino_xfrag;\n"
+            f"{self.fn} void wino_in_bfrag(wino_xfrag* f, const unsigned short* slot,"
+            " unsigned lane)\n{\n"
+            "  const int q = (int)(lane & 7u) + 8 * (int)((lane >> 3) & 1u);\n"
+            "  const int c8 = 8 * (int)(lane >> 4);\n"
+            "#pragma unroll\n"
+            f"  for (int ks = 0; ks < {kp // 16}; ++ks) {{\n"
+            f"    const int k = 16 * ks + q < {bins} ? 16 * ks + q : {bins - 1};\n"
+            "#pragma unroll\n"
+            "    for (int h = 0; h < 2; ++h) {\n"
+            "      const unsigned s = (unsigned)__cvta_generic_to_shared("
+            f"slot + k * {ld} + 16 * h + c8);\n"
+            '      asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "\n'
+            '                   "{%0, %1, %2, %3}, [%4];"\n'
+            '                   : "=r"(f->r[ks][h][0]), "=r"(f->r[ks][h][1]),'
+            ' "=r"(f->r[ks][h][2]), "=r"(f->r[ks][h][3]) : "r"(s));\n'
+            "    }\n  }\n}\n"
+            f"{self.fn} void wino_in_mma(float* d, int i, const wino_xfrag* f, unsigned lane)\n{{\n"
+            "#pragma unroll\n"
+            f"  for (int ks = 0; ks < {kp // 16}; ++ks) {{\n"
+            f"    const wino_b16 a = wino_btf[(i * {kp // 16} + ks) * 32 + (int)lane];\n"
+            "#pragma unroll\n"
+            "    for (int j = 0; j < 4; ++j)\n" + mma + "  }\n}"
+        )
+
     def absmax16x2_helper(self, dtype: DType) -> str:
         kind = {DType.FP16: "f16x2", DType.BF16: "bf16x2"}[dtype]
         return (
@@ -655,6 +822,7 @@ class HipRenderer(Renderer):
 
     target = Target.HIP
     fn = "static __attribute__((device, always_inline, unused)) inline"
+    device_const = "static __attribute__((device)) const"
     restrict = "__restrict__"
     unroll = "#pragma unroll"
     no_unroll = "#pragma unroll 1"
