@@ -299,7 +299,13 @@ class Renderer:
             "      }\n}"
         )
 
-    # The held schedule's output transform on the MMA ------------------------------------------
+    # The held schedule's transforms on the MMA -------------------------------------------------
+    def _table(self, name: str, coef: list[list[int]]) -> str:
+        """A constant table of 16-bit patterns in the kernel's module, one row a line."""
+        rows = ",\n".join("  {" + ", ".join(f"{v:#06x}" for v in row) + "}" for row in coef)
+        shape = f"[{len(coef)}][{len(coef[0])}]"
+        return f"{self.device_const} unsigned short {name}{shape} = {{\n{rows}\n}};\n"
+
     def out_mma_helper(self, dtype: DType, coef: list[list[int]], bins: int) -> str:
         """The output transform as a GEMM per (tile, 16 output channels):
         ``Y[o][n] = sum over a of AT[o][a] M[a][n]``, AT the tile's Kronecker output matrix
@@ -315,12 +321,11 @@ class Renderer:
         the table; CUDA loads B by ldmatrix.trans (rows: 8 consecutive bins, 8 channels each)
         and multiplies on mma.sync."""
         rows, kp = len(coef), len(coef[0])
-        table = ",\n".join("  {" + ", ".join(f"{v:#06x}" for v in row) + "}" for row in coef)
         a = self.to_float(dtype, "wino_atk[r][k]")
         b = self.to_float(dtype, f"m[(k < {bins} ? k : {bins - 1}) * bs + c]")
         return (
-            f"{self.device_const} unsigned short wino_atk[{rows}][{kp}] = {{\n{table}\n}};\n"
-            f"{self.fn} void wino_out_frag(unsigned* af, unsigned lane)\n{{\n"
+            self._table("wino_atk", coef)
+            + f"{self.fn} void wino_out_frag(unsigned* af, unsigned lane)\n{{\n"
             "  const unsigned g = lane >> 2, t = lane & 3u;\n"
             f"  for (int i = 0; i < {rows // 16}; ++i)\n"
             f"    for (int ks = 0; ks < {kp // 16}; ++ks)\n"
@@ -335,14 +340,8 @@ class Renderer:
             "  (void)af;\n"
             "  const unsigned g = lane >> 2, t = lane & 3u;\n"
             f"  for (int i = 0; i < {rows // 16}; ++i)\n"
-            "    for (int j = 0; j < 2; ++j)\n"
-            "      for (int e = 0; e < 4; ++e) {\n"
-            "        const int r = 16 * i + (int)g + 8 * (e >> 1);\n"
-            "        const int c = 8 * j + 2 * (int)t + (e & 1);\n"
-            "        float s = 0.0f;\n"
-            f"        for (int k = 0; k < {kp}; ++k) s += {a} * {b};\n"
-            "        d[4 * (2 * i + j) + e] += s;\n"
-            "      }\n}"
+            + _lane_sums(2, kp, a, b, "d[4 * (2 * i + j) + e]", "  ")
+            + "}"
         )
 
     def in_mma_helper(self, dtype: DType, coef: list[list[int]], bins: int, ld: int) -> str:
@@ -356,25 +355,18 @@ class Renderer:
         * ld + c]`` (the padding positions read the last one, whose coefficient is 0). This
         scalar form sums from the table; CUDA keeps the lane's B fragments (ldmatrix.trans of
         8 positions x 8 channels) in the frag and the A fragments of BK in a per-lane table."""
-        rows, kp = len(coef), len(coef[0])
-        table = ",\n".join("  {" + ", ".join(f"{v:#06x}" for v in row) + "}" for row in coef)
+        kp = len(coef[0])
         a = self.to_float(dtype, "wino_btk[r][k]")
         b = self.to_float(dtype, f"f->p[(k < {bins} ? k : {bins - 1}) * {ld} + c]")
         return (
-            f"{self.device_const} unsigned short wino_btk[{rows}][{kp}] = {{\n{table}\n}};\n"
-            "typedef struct { const unsigned short* p; } wino_xfrag;\n"
+            self._table("wino_btk", coef)
+            + "typedef struct { const unsigned short* p; } wino_xfrag;\n"
             f"{self.fn} void wino_in_bfrag(wino_xfrag* f, const unsigned short* slot,"
             " unsigned lane)\n{\n  (void)lane;\n  f->p = slot;\n}\n"
             f"{self.fn} void wino_in_mma(float* d, int i, const wino_xfrag* f, unsigned lane)\n{{\n"
             "  const unsigned g = lane >> 2, t = lane & 3u;\n"
-            "  for (int j = 0; j < 4; ++j)\n"
-            "    for (int e = 0; e < 4; ++e) {\n"
-            "      const int r = 16 * i + (int)g + 8 * (e >> 1);\n"
-            "      const int c = 8 * j + 2 * (int)t + (e & 1);\n"
-            "      float s = 0.0f;\n"
-            f"      for (int k = 0; k < {kp}; ++k) s += {a} * {b};\n"
-            "      d[4 * j + e] += s;\n"
-            "    }\n}"
+            + _lane_sums(4, kp, a, b, "d[4 * j + e]", "")
+            + "}"
         )
 
     # The kernel's own tile maxima: two 16-bit magnitudes at once ----------------------------
@@ -849,6 +841,24 @@ RENDERERS: dict[Target, type[Renderer]] = {
     Target.CUDA: CudaRenderer,
     Target.HIP: HipRenderer,
 }
+
+
+def _lane_sums(nt: int, kp: int, a: str, b: str, dst: str, indent: str) -> str:
+    """The scalar MMA form's loops over a lane's accumulators of one 16-row tile: per 8-column
+    tile j < ``nt`` and fragment element e, row r = 16 i + g + 8 (e / 2) and column c = 8 j +
+    2 t + e % 2 (mma.sync's ownership), ``dst`` += the sum over k < ``kp`` of ``a`` times
+    ``b`` (C expressions in r, c and k)."""
+    body = (
+        f"for (int j = 0; j < {nt}; ++j)\n"
+        "  for (int e = 0; e < 4; ++e) {\n"
+        "    const int r = 16 * i + (int)g + 8 * (e >> 1);\n"
+        "    const int c = 8 * j + 2 * (int)t + (e & 1);\n"
+        "    float s = 0.0f;\n"
+        f"    for (int k = 0; k < {kp}; ++k) s += {a} * {b};\n"
+        f"    {dst} += s;\n"
+        "  }\n"
+    )
+    return "".join(f"  {indent}{line}\n" for line in body.splitlines())
 
 
 def _mma_sync(kind: str, nt: int, a: str, b0: str, b1: str, indent: str) -> str:
