@@ -1,6 +1,7 @@
 """The fused kernel (KF, plan kind fused2d_rt) on an H200: build, check, time, sanitize.
 
-    python3 scripts/gpu_fused.py build     # the CUDA cache this script needs, into $WINO_BUILD
+    python3 scripts/gpu_fused.py build [PART]  # the CUDA cache this script needs (the KF specs
+                                               # named *PART*), into $WINO_BUILD
     python3 scripts/gpu_fused.py check     # every grid KF spec on CUDA against float64
     python3 scripts/gpu_fused.py time [fp16|bf16] [PART]  # fused (specs named *PART*) vs unfused
                                                           # vs cuDNN on public layers
@@ -92,9 +93,11 @@ def _pipeline(spec, problem: Problem) -> dict:
     return fused_pipeline(problem, spec)
 
 
-def build() -> None:
+def build(contains: str = "") -> None:
+    """The kernels of every grid KF spec whose name holds ``contains``, with the K1 / K2a they
+    go with, and the unfused default picks of the public layers."""
     specs = set()
-    for spec in FUSED:
+    for spec in (s for s in FUSED if contains in s.name):
         for _, fields in SHAPES:
             problem = _problem(spec.io, **fields)
             if _fits(spec, problem):
@@ -104,7 +107,7 @@ def build() -> None:
             problem = _layer(fields, dtype)
             picks = default_stage_specs(problem, default_tile(problem), target=Target.CUDA)
             specs.update(picks.values())
-            for spec in FUSED:
+            for spec in (s for s in FUSED if contains in s.name):
                 if spec.io is dtype and _fits(spec, problem):
                     specs.update(_pipeline(spec, problem).values())
     result = builder.build(
@@ -273,10 +276,11 @@ def time_layers(dtype_name: str = "fp16", contains: str = "") -> None:
         cupy.get_default_memory_pool().free_all_blocks()
 
 
-def sanitize() -> None:
+def sanitize(contains: str = "") -> None:
     """One small fused plan per MMA dtype pairing and per held schedule variant (one pass with
     K2a's scales, two passes with the kernel's own, two blocks per SM), each with its transforms
-    on the CUDA cores and on the MMA (tcx 0, 1) (compute-sanitizer runs this)."""
+    on the CUDA cores and on the MMA (tcx 0, 1); those whose name holds ``contains``
+    (compute-sanitizer runs this)."""
     chunked = (FUSED[0], next(s for s in FUSED if s.mdtype is DType.BF16))
     held = []
     for tcx in (0, 1):
@@ -286,7 +290,7 @@ def sanitize() -> None:
             next(s for s in of if s.kpass and not s.min_blocks and s.prescale is Prescale.FUSED),
             next(s for s in of if s.min_blocks and s.prescale is Prescale.FUSED),
         ]
-    for spec in (*chunked, *held):
+    for spec in (s for s in (*chunked, *held) if contains in s.name):
         problem = _problem(spec.io, C=48, K=40, H=9, W=10)
         plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
         _, _, xt, wt = _device_inputs(problem, "sanitize")
