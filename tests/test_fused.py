@@ -412,3 +412,19 @@ def test_held_mma_transform_keeps_extreme_tiles_in_range(spec, root):
     ref = conv2d_reference(x, w, (1, 1), (1, 1), 1)
     for n in range(problem.N):
         assert relative_error(y[n], ref[n]) <= bound_for(spec.tile, spec.io, spec.mdtype), n
+
+
+def test_tcx_1_at_f2x2_off_the_grid(tmp_path):
+    """tcx 1 at F2x2 (16 bins: one k16 step; 4 outputs a tile in a 16-row MMA tile, the rest
+    masked), which the grid leaves out (measured slower): the float64 bound on the MMA path
+    (C/G a multiple of 8) and the fp32 fallback (C odd), every output written."""
+    held = next(s for s in FUSED if s.hold and s.tile == Tile(2, 2) and s.io is DType.FP16)
+    spec = held.replace(extra={**dict(held.extra), "tcx": 1})
+    assert spec.tcx == 1 and spec_refusal(spec) is None
+    problems = [_problem(DType.FP16, **fields) for _, fields in SHAPES[:2]]  # C 37, C 48
+    kernels = {k for p in problems for k in _pipeline(spec, p).values()}
+    host_cache.build(sorted(kernels, key=lambda s: s.name), tmp_path)
+    for problem in problems:
+        plan = dispatch(problem, target="c", cache_root=tmp_path, specs=_pipeline(spec, problem))
+        _, error = run_poisoned(plan, "f2x2-tcx" + problem.label())
+        assert error <= bound_for(spec.tile, spec.io, spec.mdtype), problem.label()

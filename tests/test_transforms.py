@@ -11,13 +11,13 @@ import pytest
 
 from wino.codegen.transforms import (
     apply_2d,
-    kron_bits,
     linear_combination,
     shared,
     tile_matrices,
 )
 from wino.runtime.arrays import numpy_dtype
 from wino.vocab import TILES, DType
+from wino.winograd import kron_bits
 
 MATRICES = [
     pytest.param(tile.mh, kind, side, id=f"F{tile.mh}-{kind}-{side}")

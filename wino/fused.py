@@ -165,8 +165,8 @@ def transforms_exact(spec: RtFusedSpec) -> bool:
     transform's in the io dtype (the MMA multiplies x as stored), the output transform's in
     the MMA dtype (M's storage). F6x6's input transform (21/4 and its products) is not exact
     in bf16."""
-    from .codegen.transforms import kron_bits
     from .vocab import DType
+    from .winograd import kron_bits
 
     pairs = (("input", spec.io), ("output", spec.mdtype))
     if any(dtype not in (DType.FP16, DType.BF16) for _, dtype in pairs):

@@ -16,6 +16,8 @@ from __future__ import annotations
 from fractions import Fraction
 from functools import cache
 
+from .vocab import DType
+
 R = 3  # filter taps
 
 #: Interpolation points per output size m (DESIGN.md: F(2,3), F(4,3), F(6,3)).
@@ -118,3 +120,30 @@ def m_growth(mh: int, mw: int) -> Fraction:
         if m not in ROW_GROWTH:
             raise ValueError(f"F({m},3): no interpolation points; supported m are {sorted(POINTS)}")
     return ROW_GROWTH[mh] * ROW_GROWTH[mw]
+
+
+@cache
+def kron_bits(kind: str, mh: int, mw: int, dtype: DType) -> tuple[tuple[int, ...], ...]:
+    """A tile's 2-D transform ``kind`` ("input": Bt_h d B_w, "output": At_h M A_w) as one
+    matrix, for a GEMM over the flattened tile: entry (r, q), r = ri nw + rj and q = qi cw + qj
+    (row-major, the bin order of V and M and the window order of d), holds L[ri][qi] x
+    R[rj][qj], as ``dtype``'s 16-bit patterns (fp16 or bf16), zero-padded to multiples of 16
+    rows and columns (m16n8k16 tiles). Raises ValueError when a coefficient is not exact in
+    dtype (F6x6's input transform in bf16: 441/16)."""
+    import ml_dtypes
+    import numpy as np
+
+    index = {"input": 2, "output": 0}[kind]
+    left, right = matrices(mh)[index], matrices(mw)[index]
+    nw, cw = len(right), len(right[0])
+    rows, cols = len(left) * nw, len(left[0]) * cw
+    np_dtype = {DType.FP16: np.float16, DType.BF16: ml_dtypes.bfloat16}[dtype]
+    out = [[0] * (-(-cols // 16) * 16) for _ in range(-(-rows // 16) * 16)]
+    for r in range(rows):
+        for q in range(cols):
+            value = left[r // nw][q // cw] * right[r % nw][q % cw]
+            stored = np.array(float(value), dtype=np_dtype)
+            if Fraction(float(stored)) != value:
+                raise ValueError(f"{kind} transform F{mh}x{mw}: {value} is not exact in {dtype}")
+            out[r][q] = int(stored.view(np.uint16))
+    return tuple(tuple(row) for row in out)

@@ -18,12 +18,12 @@ from ..launch import stage_launch
 from ..problem import Problem
 from ..specs import RtFusedSpec, StageSpec
 from ..vocab import Activation, K2Path, Prescale, Target
+from ..winograd import kron_bits
 from .renderers import RENDERERS
 from .transforms import (
     apply_2d,
     apply_2d_row_pieces,
     apply_2d_rows,
-    kron_bits,
     tile_matrices,
 )
 

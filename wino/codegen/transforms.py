@@ -23,8 +23,6 @@ from collections.abc import Callable
 from fractions import Fraction
 from functools import cache
 
-import numpy as np
-
 from ..winograd import Matrix, matrices
 
 Access = Callable[[int, int], str]
@@ -204,27 +202,3 @@ def apply_2d_row_pieces(
         ]
         out.append((tuple(a for a in range(rows_in) if row[a] != 0), firsts, seconds))
     return out
-
-
-@cache
-def kron_bits(kind: str, mh: int, mw: int, dtype) -> tuple[tuple[int, ...], ...]:
-    """A tile's 2-D transform ``kind`` ("input": Bt_h d B_w, "output": At_h M A_w) as one
-    matrix, for a GEMM over the flattened tile: entry (r, q), r = ri nw + rj and q = qi cw + qj
-    (row-major, the bin order of V and M and the window order of d), holds L[ri][qi] x
-    R[rj][qj], as ``dtype``'s 16-bit patterns (a ``wino.vocab.DType``: fp16 or bf16),
-    zero-padded to multiples of 16 rows and columns (m16n8k16 tiles). Raises ValueError when
-    a coefficient is not exact in dtype."""
-    from ..runtime.arrays import numpy_dtype
-
-    left, right = tile_matrices(mh, mw)[kind]
-    nw, cw = len(right), len(right[0])
-    rows, cols = len(left) * nw, len(left[0]) * cw
-    np_dtype = numpy_dtype(dtype)
-    out = [[0] * (-(-cols // 16) * 16) for _ in range(-(-rows // 16) * 16)]
-    for r, q in itertools.product(range(rows), range(cols)):
-        value = left[r // nw][q // cw] * right[r % nw][q % cw]
-        stored = np.array(float(value), dtype=np_dtype)
-        if Fraction(float(stored)) != value:
-            raise ValueError(f"{kind} transform F{mh}x{mw}: {value} is not exact in {dtype}")
-        out[r][q] = int(stored.view(np.uint16))
-    return tuple(tuple(row) for row in out)
