@@ -20,12 +20,7 @@ from ..specs import RtFusedSpec, StageSpec
 from ..vocab import Activation, K2Path, Prescale, Target
 from ..winograd import kron_bits
 from .renderers import RENDERERS
-from .transforms import (
-    apply_2d,
-    apply_2d_row_pieces,
-    apply_2d_rows,
-    tile_matrices,
-)
+from .transforms import apply_2d, apply_2d_row_pieces, apply_2d_rows, tile_matrices
 
 TEMPLATES = ROOT / "templates"
 

@@ -756,8 +756,8 @@ class CudaRenderer(Renderer):
             "f->r[ks][j >> 1][2 * (j & 1)]",
             "f->r[ks][j >> 1][2 * (j & 1) + 1]",
             "      ",
+            tile="j",
         )
-        mma = mma.replace("d[4 * (i * 0 + j)", "d[4 * j")
         return (
             f"{self.device_const} wino_b16 wino_btf[{len(frags)}] = {{\n  "
             + ",\n  ".join(frags)
@@ -861,10 +861,14 @@ def _lane_sums(nt: int, kp: int, a: str, b: str, dst: str, indent: str) -> str:
     return "".join(f"  {indent}{line}\n" for line in body.splitlines())
 
 
-def _mma_sync(kind: str, nt: int, a: str, b0: str, b1: str, indent: str) -> str:
-    """One m16n8k16 mma.sync statement: accumulator tile (i, j) of d (``nt`` tiles a row), A
-    fragment registers ``a``[0..3], B fragment registers ``b0`` and ``b1``."""
-    d = [f"d[4 * (i * {nt} + j){f' + {e}' if e else ''}]" for e in range(4)]
+def _mma_sync(
+    kind: str, nt: int, a: str, b0: str, b1: str, indent: str, tile: str | None = None
+) -> str:
+    """One m16n8k16 mma.sync statement: accumulator tile (i, j) of d (``nt`` tiles a row; or
+    the tile index expression ``tile``), A fragment registers ``a``[0..3], B fragment
+    registers ``b0`` and ``b1``."""
+    tile = tile or f"(i * {nt} + j)"
+    d = [f"d[4 * {tile}{f' + {e}' if e else ''}]" for e in range(4)]
     return (
         f'{indent}asm("mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "\n'
         f'{indent}    "{{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};"\n'
