@@ -279,17 +279,20 @@ def time_layers(dtype_name: str = "fp16", contains: str = "") -> None:
 def sanitize(contains: str = "") -> None:
     """One small fused plan per MMA dtype pairing and per held schedule variant (one pass with
     K2a's scales, two passes with the kernel's own, two blocks per SM), each with its transforms
-    on the CUDA cores and on the MMA (tcx 0, 1); those whose name holds ``contains``
-    (compute-sanitizer runs this)."""
+    on the CUDA cores in fp32 and on fp16 pairs and on the MMA (tcx 0, xbits 16, tcx 1) where
+    the grid has it; those whose name holds ``contains`` (compute-sanitizer runs this)."""
     chunked = (FUSED[0], next(s for s in FUSED if s.mdtype is DType.BF16))
     held = []
-    for tcx in (0, 1):
-        of = [s for s in FUSED if s.hold and s.io is DType.FP16 and s.tcx == tcx]
-        held += [
-            next(s for s in of if not s.kpass and s.prescale is Prescale.SPLIT),
-            next(s for s in of if s.kpass and not s.min_blocks and s.prescale is Prescale.FUSED),
-            next(s for s in of if s.min_blocks and s.prescale is Prescale.FUSED),
+    for tcx, xbits in ((0, 32), (0, 16), (1, 32)):
+        of = [
+            s for s in FUSED if s.hold and s.io is DType.FP16 and s.tcx == tcx and s.xbits == xbits
         ]
+        picks = (
+            lambda s: not s.kpass and s.prescale is Prescale.SPLIT,
+            lambda s: s.kpass and not s.min_blocks and s.prescale is Prescale.FUSED,
+            lambda s: s.min_blocks and s.prescale is Prescale.FUSED,
+        )
+        held += [s for s in (next(filter(pick, of), None) for pick in picks) if s is not None]
     for spec in (s for s in (*chunked, *held) if contains in s.name):
         problem = _problem(spec.io, C=48, K=40, H=9, W=10)
         plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))

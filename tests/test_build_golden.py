@@ -36,6 +36,7 @@ def test_shard_is_representative():
     assert {s.hold for s in specs if s.stage is Stage.FUSED} == {0, 64}  # both KF schedules
     held = [s for s in specs if s.stage is Stage.FUSED and s.hold]
     assert {s.tcx for s in held} == {0, 1}  # the held transforms on both units
+    assert {s.xbits for s in held} == {16, 32}  # the input transform on fp16 pairs and in fp32
     assert len({k.label for k in golden.SHARD}) == len(golden.SHARD)
     assert all(in_grid(k.spec) for k in golden.SHARD), "shard specs should be grid kernels"
 

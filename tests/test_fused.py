@@ -198,6 +198,16 @@ BROKEN = [
     (dict(tile=Tile(6, 6), tiles=64, kblock=8, cchunk=128, warps=16), "fused_shared_memory"),
     (dict(stages=3), "fused_stages_unsupported"),
     (dict(stages=0), "fused_stages_unsupported"),
+    (dict(extra={"xbits": 8}), "fused_xbits_invalid"),
+    (
+        dict(io=DType.BF16, mdtype=DType.BF16, prescale=Prescale.NONE, extra={"xbits": 16}),
+        "fused_xbits_needs_scaled_fp16",
+    ),
+    (dict(io=DType.BF16, extra={"xbits": 16}), "fused_xbits_needs_scaled_fp16"),
+    (
+        dict(warps=12, extra={"hold": 64, "tcx": 1, "xbits": 16}),
+        "fused_xbits_needs_scaled_fp16",
+    ),
 ]
 
 
@@ -298,6 +308,23 @@ def test_the_held_transforms_run_on_the_mma_at_tcx_1():
     assert "asm" not in c and "ldmatrix" not in c
     plain = render(held.replace(extra={**dict(held.extra), "tcx": 0}), "cuda")
     assert "wino_atk" not in plain and "wino_btk" not in plain and ".trans" not in plain
+
+
+def test_the_input_transform_runs_on_fp16_pairs_at_xbits_16():
+    """xbits 16: HFMA2 and kin on CUDA (a pair of channels per operation, no fp32 input
+    transform), the host's rounding emulation of the same statements, clang's _Float16 vectors
+    on HIP; one pair product scales a window where the scale is an fp16 value, fp32 products
+    then one rounding where it is not. The xbits 32 twin: none of it."""
+    spec = next(s for s in FUSED if s.xbits == 16)
+    cuda = render(spec, "cuda")
+    assert (
+        "__hfma2(wino_h2k(0xc500u), win[12], __hfma2(wino_h2k(0x4400u), win[0], win[24]))" in cuda
+    )
+    fp32_input = "const float t0_0 = win[24 + v] + 4.0f * win[0 + v] - 5.0f * win[12 + v];"
+    assert fp32_input not in cuda and "if (sc <= 32768.0f)" in cuda
+    assert "wino_h2fma(" in render(spec, "c") and "ext_vector_type(2)" in render(spec, "hip")
+    twin = render(spec.replace(extra={**dict(spec.extra), "xbits": 32}), "cuda")
+    assert "__hfma2" not in twin and "wino_h2" not in twin and fp32_input in twin
 
 
 def test_default_picks_have_no_refused_spec():
@@ -428,3 +455,43 @@ def test_tcx_1_at_f2x2_off_the_grid(tmp_path):
         plan = dispatch(problem, target="c", cache_root=tmp_path, specs=_pipeline(spec, problem))
         _, error = run_poisoned(plan, "f2x2-tcx" + problem.label())
         assert error <= bound_for(spec.tile, spec.io, spec.mdtype), problem.label()
+
+
+# The input transform on fp16 pairs (xbits 16) ---------------------------------------------------
+X16 = [s for s in FUSED if s.xbits == 16]
+
+
+@pytest.mark.parametrize("spec", X16, ids=[s.name for s in X16])
+def test_fp16_pair_transform_keeps_extreme_tiles_in_range(spec, root):
+    """The pair transform scales each window by its tile's power of two before the first fp16
+    rounding: images of N(0,1) x 1, x 2^-19 (scale 2^17, past fp16's range: fp32 products,
+    then one rounding) and x 2^13 with fp16's largest value (scales 2^-15, 2^-16: subnormal
+    fp16 factors) each within the tile's bound of its own float64 reference (C/G a multiple
+    of 8)."""
+    problem = _problem(spec.io, N=3, C=64, K=24, H=10, W=9)
+    rng = _rng("x16" + spec.name)
+    x = rng.standard_normal((problem.N, problem.H, problem.W, problem.C))
+    x *= np.array([1.0, 2.0**-19, 2.0**13])[:, None, None, None]
+    x[2, 4, 4, 7] = 65504.0
+    w = rng.standard_normal((problem.K, 3, 3, problem.Cg)) * 2.0**-6
+    x, w = x.astype(np.float16), w.astype(np.float16)
+    plan = dispatch(problem, target="c", cache_root=root, specs=_pipeline(spec, problem))
+    y = plan.run(x, w).astype(np.float64)
+    ref = conv2d_reference(x, w, (1, 1), (1, 1), 1)
+    for n in range(problem.N):
+        assert relative_error(y[n], ref[n]) <= bound_for(spec.tile, spec.io, spec.mdtype), n
+
+
+def test_fp16_pair_transform_on_the_chunked_kernel(tmp_path):
+    """xbits 16 on the chunked schedule (not in the grid; the rules allow it): the float64
+    bound with odd C and with groups, every output written."""
+    base = next(s for s in FUSED if not s.hold and s.tile == Tile(4, 4) and s.io is DType.FP16)
+    spec = base.replace(extra={**dict(base.extra), "xbits": 16})
+    assert spec.xbits == 16 and spec_refusal(spec) is None
+    problems = [_problem(DType.FP16), _problem(DType.FP16, C=27, K=15, groups=3)]
+    kernels = {k for p in problems for k in _pipeline(spec, p).values()}
+    host_cache.build(sorted(kernels, key=lambda s: s.name), tmp_path)
+    for problem in problems:
+        plan = dispatch(problem, target="c", cache_root=tmp_path, specs=_pipeline(spec, problem))
+        _, error = run_poisoned(plan, "chunked-x16" + problem.label())
+        assert 0 < error <= bound_for(spec.tile, spec.io, spec.mdtype), problem.label()

@@ -157,6 +157,11 @@ SPEC_BREAKERS = {
         ),
         "(F6x6's input transform in bf16)",
     ),
+    "fused_xbits_invalid": (RtFusedSpec(extra={"xbits": 8}), "xbits 8: the input transform"),
+    "fused_xbits_needs_scaled_fp16": (
+        RtFusedSpec(io="bf16", extra={"xbits": 16}),
+        "needs fp16 io (io bf16",
+    ),
     "fused_hold_kblock": (
         RtFusedSpec(kblock=128, cchunk=32, extra={"hold": 64}),
         "kblock 128 is past hold 64",
@@ -254,6 +259,8 @@ SPEC_REPAIRS = {
     "fused_hold_needs_fp16": dict(mdtype="fp16", prescale="split"),
     "fused_tcx_needs_hold": dict(extra={}),
     "fused_tcx_inexact": dict(io="fp16"),
+    "fused_xbits_invalid": dict(extra={"xbits": 16}),
+    "fused_xbits_needs_scaled_fp16": dict(io="fp16"),
     "fused_hold_kblock": dict(kblock=64),
     "fused_hold_shape": dict(cchunk=32),
     "fused_hold_epilogue": dict(epilogue="none"),

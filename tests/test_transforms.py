@@ -9,14 +9,17 @@ import re
 import numpy as np
 import pytest
 
+from wino.codegen.render import fp16_bits
 from wino.codegen.transforms import (
+    PairOps,
     apply_2d,
     linear_combination,
+    pair_lines,
     shared,
     tile_matrices,
 )
 from wino.runtime.arrays import numpy_dtype
-from wino.vocab import TILES, DType
+from wino.vocab import TILES, DType, Tile
 from wino.winograd import kron_bits
 
 MATRICES = [
@@ -159,3 +162,63 @@ def test_kron_matrix_is_the_two_dimensional_transform(tile, kind, dtype):
     want = left @ d @ right.T
     got = (kron[:rows, :cols] @ d.reshape(-1).astype(float)).reshape(want.shape)
     np.testing.assert_array_equal(got, want)
+
+
+#: Python's reading of the pair operations: one value per pair (the channels are alike), exact
+#: (float64 on small integers), and each operation counted.
+PYTHON_PAIRS = PairOps(
+    fma="_op('fma', {k} * {a} + {c})",
+    add="_op('add', {a} + {b})",
+    sub="_op('sub', {a} - {b})",
+    neg="_op('neg', -{a})",
+    mul="_op('mul', {k} * {a})",
+    const="_k({bits})",
+    ctype="float",
+)
+
+
+@pytest.mark.parametrize("tile", list(TILES), ids=lambda t: t.name)
+def test_pair_form_is_the_input_transform(tile):
+    """KF's input transform on fp16 pairs (axis xbits 16): its statements, read exactly, give
+    Bt d B for every tile, with every coefficient exact in fp16; F4x4 in the fp32 text's 13
+    operations per 1-D pass (each coefficient term after a sum's first is one fma, the shared
+    partial sums written once)."""
+    left, right = tile_matrices(tile.mh, tile.mw)["input"]
+    rows, cols = len(left), len(right)
+    window = lambda a, b: f"win[{a * cols + b} + v]"  # noqa: E731 - render.py's KF access
+    fp32 = apply_2d(left, right, window, window, "t")
+    pairs = pair_lines(fp32, PYTHON_PAIRS, fp16_bits)
+    d = np.random.default_rng(rows * cols).integers(-64, 64, size=(rows, cols))
+    ops: list[str] = []
+    env = {
+        "win": [float(v) for v in d.reshape(-1)],
+        "_op": lambda name, value: ops.append(name) or value,  # noqa: B023
+        "_k": lambda bits: float(np.array(bits, dtype=np.uint16).view(np.float16)),
+    }
+    for line in pairs:
+        target, expr = line.removeprefix("const float ").rstrip(";").split(" = ", 1)
+        value = eval(expr, {}, env)  # noqa: S307 - generated text
+        if target.startswith("win["):
+            env["win"][int(target[4:-1])] = value
+        else:
+            env[target] = value
+    want = np.array(left, dtype=float) @ d @ np.array(right, dtype=float).T
+    np.testing.assert_array_equal(np.array(env["win"]).reshape(rows, cols), want)
+    assert ops  # the statements ran through the pair operations
+    if tile == Tile(4, 4):  # 12 1-D passes of 13 operations (the module's count); negations free
+        calls = {c for line in pairs for c in _calls(line) if not c.startswith("_op('neg'")}
+        assert len(calls) == 12 * 13
+
+
+def _calls(text: str) -> list[str]:
+    """Every ``_op(...)`` call in the text (nested ones too), as written: a shared partial sum
+    is the same text wherever it is used, so the compiler computes it once."""
+    out = []
+    for start in (m.start() for m in re.finditer(r"_op\(", text)):
+        depth = 0
+        for end in range(start + 3, len(text)):
+            depth += (text[end] == "(") - (text[end] == ")")
+            if depth == 0:
+                out.append(text[start : end + 1])
+                break
+    return out

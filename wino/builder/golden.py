@@ -51,10 +51,11 @@ class GoldenKernel:
         return render(self.spec, target, baked=self.baked)
 
 
-#: The held fused kernel of the default pick (F4x4 fp16, 32 tiles x 64 channels, 18 warps).
-_HELD = RtFusedSpec(
-    Tile(4, 4), _F16, _F16, 32, 64, 32, 18, 1, Prescale.FUSED, extra={"hold": 64, "kpass": 32}
-)
+#: The held fused kernel of the default fp16 pick (F4x4, 32 tiles x 64 channels, 18 warps, its
+#: input transform on fp16 pairs); its bf16 twin in the shard runs the transforms on the MMA
+#: and the fp32 pair transform where C is odd.
+_HELD_EXTRA = {"hold": 64, "kpass": 32, "xbits": 16}
+_HELD = RtFusedSpec(Tile(4, 4), _F16, _F16, 32, 64, 32, 18, 1, Prescale.FUSED, extra=_HELD_EXTRA)
 
 #: Every stage, every K2 path and prescale mode, tiles square and not, every dtype, one baked;
 #: the fused kernel at each grid tile and each MMA dtype pairing.
@@ -83,7 +84,7 @@ SHARD: tuple[GoldenKernel, ...] = (
     GoldenKernel(RtFusedSpec(Tile(4, 4), _BF16, _F16, 32, 16, 32, 12, 1, Prescale.SPLIT)),
     GoldenKernel(_HELD),
     # the held kernel's transforms on the MMA, bf16 io (its input MMA in bf16)
-    GoldenKernel(_HELD.replace(io=_BF16, extra={**dict(_HELD.extra), "tcx": 1})),
+    GoldenKernel(_HELD.replace(io=_BF16, extra={**dict(_HELD.extra), "tcx": 1, "xbits": 32})),
     GoldenKernel(RtFusedSpec(Tile(4, 6), _BF16, _BF16, 16, 16, 16, 4, 1, Prescale.NONE)),
 )
 

@@ -10,6 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import jinja2
+import numpy as np
 
 from ..config import ROOT
 from ..fused import FusedBudget
@@ -20,7 +21,7 @@ from ..specs import RtFusedSpec, StageSpec
 from ..vocab import Activation, K2Path, Prescale, Target
 from ..winograd import kron_bits
 from .renderers import RENDERERS
-from .transforms import apply_2d, apply_2d_row_pieces, apply_2d_rows, tile_matrices
+from .transforms import apply_2d, apply_2d_row_pieces, apply_2d_rows, pair_lines, tile_matrices
 
 TEMPLATES = ROOT / "templates"
 
@@ -80,6 +81,23 @@ def _held_matrices(spec: StageSpec, budget: FusedBudget | None) -> dict[str, obj
     }
 
 
+def _input_pair_lines(spec: StageSpec, renderer) -> list[str]:
+    """KF at xbits 16: the input transform on fp16 pairs (fused2d.j2, pair_transform16)."""
+    if getattr(spec, "xbits", 32) != 16:
+        return []
+    lines = _transform_lines(spec)["input_lines"]
+    return pair_lines(lines, renderer.pair_ops, fp16_bits)
+
+
+def fp16_bits(value: float) -> int:
+    """The fp16 bit pattern of an exactly representable coefficient (rule
+    fused_xbits_inexact keeps the others off the grid)."""
+    bits = int(np.array(value, dtype=np.float16).view(np.uint16))
+    if float(np.array(bits, dtype=np.uint16).view(np.float16)) != value:
+        raise ValueError(f"fp16_bits: {value!r} is not exact in fp16")
+    return bits
+
+
 def baked_symbol(spec: StageSpec) -> str:
     return f"{spec.name}_baked"
 
@@ -124,6 +142,7 @@ def render(
         block=spec.block,
         fused=budget,
         **_held_matrices(spec, budget),
+        input_pair_lines=_input_pair_lines(spec, renderer),
         io=spec.io,
         xdtype=getattr(spec, "xdtype", None),
         accdtype=getattr(spec, "accdtype", None),

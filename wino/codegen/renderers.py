@@ -14,6 +14,7 @@ from __future__ import annotations
 from ..kinds import kernarg_ctype
 from ..magic import magic_div
 from ..vocab import DType, Target
+from .transforms import PairOps
 
 
 def baked_values(kernargs: dict[str, int]) -> dict[str, int]:
@@ -399,6 +400,55 @@ class Renderer:
             f"{self.fn} void wino_cp_async_commit(void) {{}}\n"
             f"{self.fn} void wino_cp_async_wait(void) {{}}"
         )
+
+    # Pairs of fp16 values (two channels at once), one rounding per operation --------------
+    #: The host: two floats, each an fp16 value; every operation rounds its exact result
+    #: (a product of two fp16 values is exact in double, so the double sum is rounded once
+    #: more, to fp16: the fused multiply-add's one rounding but for a tie made by a double
+    #: rounding, where an addend below 2^-53 of the product would be lost).
+    pair_ops = PairOps(
+        fma="wino_h2fma({k}, {a}, {c})",
+        add="wino_h2add({a}, {b})",
+        sub="wino_h2sub({a}, {b})",
+        neg="wino_h2neg({a})",
+        mul="wino_h2mul({k}, {a})",
+        const="wino_h2k({bits}u)",
+        ctype="wino_h2",
+    )
+
+    def pair_helpers(self) -> str:
+        """The pair type and its operations (``pair_ops``), and ``wino_h2k(bits)`` (both
+        halves one 16-bit pattern), ``wino_h2of(w)`` / ``wino_h2bits(h)`` (a word of two fp16
+        patterns, low half first, and back), ``wino_h2pack(lo, hi)`` (two floats rounded)."""
+        fn = self.fn
+        ops = {
+            "fma(wino_h2 k, wino_h2 a, wino_h2 c)": "wino_r16((double)k.v[i] * a.v[i] + c.v[i])",
+            "add(wino_h2 a, wino_h2 b)": "wino_r16((double)a.v[i] + b.v[i])",
+            "sub(wino_h2 a, wino_h2 b)": "wino_r16((double)a.v[i] - b.v[i])",
+            "neg(wino_h2 a)": "-a.v[i]",
+            "mul(wino_h2 k, wino_h2 a)": "wino_r16((double)k.v[i] * a.v[i])",
+        }
+        lo, hi = self.h2f("(unsigned short)w"), self.h2f("(unsigned short)(w >> 16)")
+        bits = f"(unsigned){self.f2h('h.v[0]')} | ((unsigned){self.f2h('h.v[1]')} << 16)"
+        out = [
+            "typedef struct { float v[2]; } wino_h2;",
+            f"{fn} float wino_r16(double x) {{ return (float)(_Float16)x; }}",
+        ]
+        out += [
+            f"{fn} wino_h2 wino_h2{sig}\n{{\n  wino_h2 r;\n"
+            f"  for (int i = 0; i < 2; ++i) r.v[i] = {expr};\n  return r;\n}}"
+            for sig, expr in ops.items()
+        ]
+        out += [
+            f"{fn} wino_h2 wino_h2k(unsigned short b)\n{{\n  const float f = {self.h2f('b')};\n"
+            "  wino_h2 r = {{f, f}};\n  return r;\n}",
+            f"{fn} wino_h2 wino_h2of(unsigned w)\n{{\n  wino_h2 r = {{{{{lo}, {hi}}}}};\n"
+            "  return r;\n}",
+            f"{fn} unsigned wino_h2bits(wino_h2 h) {{ return {bits}; }}",
+            f"{fn} wino_h2 wino_h2pack(float lo, float hi)\n{{\n"
+            "  wino_h2 r = {{wino_r16(lo), wino_r16(hi)}};\n  return r;\n}",
+        ]
+        return "\n".join(out)
 
 
 class CRenderer(Renderer):
@@ -787,6 +837,27 @@ class CudaRenderer(Renderer):
             "    for (int j = 0; j < 4; ++j)\n" + mma + "  }\n}"
         )
 
+    pair_ops = PairOps(
+        fma="__hfma2({k}, {a}, {c})",
+        add="__hadd2({a}, {b})",
+        sub="__hsub2({a}, {b})",
+        neg="__hneg2({a})",
+        mul="__hmul2({k}, {a})",
+        const="wino_h2k({bits}u)",
+        ctype="__half2",
+    )
+
+    def pair_helpers(self) -> str:
+        """On __half2 (HFMA2 and kin: one rounding each, fp16 subnormals kept)."""
+        fn = self.fn
+        return (
+            f"{fn} __half2 wino_h2k(unsigned short b) "
+            "{ return __half2half2(__ushort_as_half(b)); }\n"
+            f"{fn} __half2 wino_h2of(unsigned w) {{ __half2 h; memcpy(&h, &w, 4); return h; }}\n"
+            f"{fn} unsigned wino_h2bits(__half2 h) {{ unsigned w; memcpy(&w, &h, 4); return w; }}\n"
+            f"{fn} __half2 wino_h2pack(float lo, float hi) {{ return __floats2half2_rn(lo, hi); }}"
+        )
+
     def absmax16x2_helper(self, dtype: DType) -> str:
         kind = {DType.FP16: "f16x2", DType.BF16: "bf16x2"}[dtype]
         return (
@@ -834,6 +905,29 @@ class HipRenderer(Renderer):
         "bx = __builtin_amdgcn_workgroup_id_x(), by = __builtin_amdgcn_workgroup_id_y(), "
         "tid = __builtin_amdgcn_workitem_id_x()"
     )
+
+    pair_ops = PairOps(
+        fma="__builtin_elementwise_fma({k}, {a}, {c})",
+        add="({a} + {b})",
+        sub="({a} - {b})",
+        neg="(-{a})",
+        mul="({k} * {a})",
+        const="wino_h2k({bits}u)",
+        ctype="wino_h2",
+    )
+
+    def pair_helpers(self) -> str:
+        """On clang's _Float16 vectors (v_pk_fma_f16 and kin on gfx942 / gfx1100; compile-only)."""
+        fn = self.fn
+        return (
+            "typedef _Float16 wino_h2 __attribute__((ext_vector_type(2)));\n"
+            f"{fn} wino_h2 wino_h2k(unsigned short b) "
+            "{ const _Float16 f = __builtin_bit_cast(_Float16, b); return (wino_h2){f, f}; }\n"
+            f"{fn} wino_h2 wino_h2of(unsigned w) {{ return __builtin_bit_cast(wino_h2, w); }}\n"
+            f"{fn} unsigned wino_h2bits(wino_h2 h) {{ return __builtin_bit_cast(unsigned, h); }}\n"
+            f"{fn} wino_h2 wino_h2pack(float lo, float hi) "
+            "{ return (wino_h2){(_Float16)lo, (_Float16)hi}; }"
+        )
 
 
 RENDERERS: dict[Target, type[Renderer]] = {

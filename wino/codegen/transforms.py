@@ -18,8 +18,11 @@ transform 10 (14).
 
 from __future__ import annotations
 
+import ast
 import itertools
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
 
@@ -202,3 +205,84 @@ def apply_2d_row_pieces(
         ]
         out.append((tuple(a for a in range(rows_in) if row[a] != 0), firsts, seconds))
     return out
+
+
+@dataclass(frozen=True)
+class PairOps:
+    """A target's arithmetic on pairs of 16-bit floats (two channels at once, one rounding per
+    operation: CUDA's __hfma2 and kin). Each field formats one operation's call; ``const``
+    takes the coefficient's 16-bit pattern (both halves alike)."""
+
+    fma: str  # {k} * {a} + {c}, one rounding
+    add: str  # {a} + {b}
+    sub: str  # {a} - {b}
+    neg: str  # -{a} (exact)
+    mul: str  # {k} * {a}
+    const: str  # {bits}: the 16-bit pattern (hex), both halves
+    ctype: str  # the pair's type
+
+
+_LITERAL = re.compile(r"(\d)f\b")
+_WIN = re.compile(r"\bwin\[(\d+) \+ v\]")
+
+
+def pair_lines(lines: list[str], ops: PairOps, bits: Callable[[float], int]) -> list[str]:
+    """``apply_2d``'s statements (one channel, fp32) as the same sums on pairs: every term
+    ``c * t`` that follows another becomes one fused multiply-add onto the running sum (as
+    the compiler contracts the fp32 text), so the operations and their order are the fp32
+    text's. ``win[k + v]`` becomes ``win[k]`` (a pair per window position); ``bits(c)`` is
+    a coefficient's 16-bit pattern (the caller checks it is exact)."""
+    out = []
+    for line in lines:
+        lhs, rhs = line.strip().rstrip(";").split(" = ", 1)
+        tree = ast.parse(_LITERAL.sub(r"\1", _WIN.sub(r"win[\1]", rhs)), mode="eval").body
+        target = _WIN.sub(r"win[\1]", lhs).replace("const float ", f"const {ops.ctype} ")
+        out.append(f"{target} = {_pair_expr(tree, ops, bits)};")
+    return out
+
+
+def _coefficient(node: ast.expr) -> float | None:
+    """The value of a (possibly negated) numeric literal, else None."""
+    if isinstance(node, ast.Constant):
+        return float(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _coefficient(node.operand)
+        return None if inner is None else -inner
+    return None
+
+
+def _product(node: ast.expr) -> tuple[float, ast.expr] | None:
+    """(c, t) for a term ``c * t`` or ``-(c * t)``, else None."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        c = _coefficient(node.left)
+        return None if c is None else (c, node.right)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _product(node.operand)
+        return None if inner is None else (-inner[0], inner[1])
+    return None
+
+
+def _pair_expr(node: ast.expr, ops: PairOps, bits: Callable[[float], int]) -> str:
+    def k(c: float) -> str:
+        return ops.const.format(bits=f"0x{bits(c):04x}")
+
+    def expr(n: ast.expr) -> str:
+        return _pair_expr(n, ops, bits)
+
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Subscript):
+        return ast.unparse(node)
+    term = _product(node)
+    if term is not None:
+        return ops.mul.format(k=k(term[0]), a=expr(term[1]))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return ops.neg.format(a=expr(node.operand))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        sign = 1.0 if isinstance(node.op, ast.Add) else -1.0
+        right = _product(node.right)
+        if right is not None:  # running sum + c * t: one fused multiply-add
+            return ops.fma.format(k=k(sign * right[0]), a=expr(right[1]), c=expr(node.left))
+        form = ops.add if sign > 0 else ops.sub
+        return form.format(a=expr(node.left), b=expr(node.right))
+    raise ValueError(f"pair_lines: unexpected transform term {ast.unparse(node)!r}")
