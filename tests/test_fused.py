@@ -198,7 +198,7 @@ BROKEN = [
     (dict(tile=Tile(6, 6), tiles=64, kblock=8, cchunk=128, warps=16), "fused_shared_memory"),
     (dict(stages=3), "fused_stages_unsupported"),
     (dict(stages=0), "fused_stages_unsupported"),
-    (dict(extra={"xbits": 8}), "fused_xbits_invalid"),
+    (dict(extra={"xbits": 8}), "xbits_invalid"),
     (
         dict(io=DType.BF16, mdtype=DType.BF16, prescale=Prescale.NONE, extra={"xbits": 16}),
         "fused_xbits_needs_scaled_fp16",

@@ -21,7 +21,8 @@ from wino.launch import stage_launch
 from wino.pick import default_stage_specs
 from wino.problem import Problem
 from wino.refusals import Refused, check_spec
-from wino.runtime import dispatch
+from wino.runtime import conv2d_reference, dispatch, relative_error
+from wino.runtime.verify import bound_for
 from wino.specs import RtInputSpec
 from wino.vocab import DType, K2Path, Prescale, Stage, Target, Tile
 
@@ -221,3 +222,70 @@ def test_lds_rows_fit_refusals(problem, rule):
     with pytest.raises(Refused) as info:
         stage_launch(spec, p)
     assert info.value.rule == rule
+
+
+# xbits 16: the held window's transform on fp16 pairs ------------------------------------------
+X16_CASES = [
+    (label, tile, prescale)
+    for label in PROBLEMS
+    for tile in (Tile(2, 2), Tile(4, 4))
+    for prescale in (Prescale.FUSED, Prescale.SPLIT)
+]
+
+
+def _x16_specs(case, xbits: int) -> dict:
+    """The case's GPU pipeline (fp16, V in fp16) with the LDS-rows K2 at vec 2, stream 0."""
+    label, tile, prescale = case
+    problem = Problem(**PROBLEMS[label], dtype="fp16")
+    specs = default_stage_specs(problem, tile, target=Target.CUDA)
+    k2 = _lds_rows(tile, problem, specs[Stage.INPUT], prescale, 2, 0)
+    return rf.with_input(specs, k2.replace(extra={"xbits": xbits}), problem)
+
+
+@pytest.fixture(scope="module")
+def x16_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("k2-x16")
+    host_cache.build(
+        {s for c in X16_CASES for x in (16, 32) for s in _x16_specs(c, x).values()}, root
+    )
+    return root
+
+
+@pytest.mark.parametrize("case", X16_CASES, ids=lambda c: f"{c[0]}-{c[1].name}-{c[2].value}")
+def test_fp16_pair_transform_k2_within_the_bound(x16_root, case):
+    """K2 at xbits 16 in the fp16 pipeline: every output and V element written over poisoned
+    buffers, y within the tile's fp16 bound of float64 on N(0,1) data and on data whose tiles
+    lie mostly in fp16's subnormals (scales 2^18 and up: fp32 products, then one rounding) next
+    to a value of 60000 (scale 2^-16: a subnormal fp16 factor); V differs from xbits 32's
+    (the pairs round each operation; F4x4 on N(0,1) data) by a few fp16 units of the tile's
+    largest bin at most."""
+    label, tile, _ = case
+    problem = Problem(**PROBLEMS[label], dtype="fp16")
+    x, w = rf.inputs(problem, np.random.default_rng(len(label) + tile.bins))
+    small = (x.astype(np.float32) * 2.0**-20).astype(np.float16)
+    small[0, problem.H // 2, 1, 1] = np.float16(60000.0)
+    w = (w.astype(np.float32) * 2.0**-6).astype(np.float16)
+    for data in (x, small):
+        vs = []
+        for xbits in (16, 32):
+            specs = _x16_specs(case, xbits)
+            assert specs[Stage.INPUT].xbits == xbits and check_spec(specs[Stage.INPUT]) is None
+            plan = dispatch(problem, target="c", tile=tile, cache_root=x16_root, specs=specs)
+            y, workspace = rf.poisoned(plan)
+            plan.run(data, w, y=y, workspace=workspace)
+            assert not any(rf.unwritten(plan, workspace).values())
+            ref = conv2d_reference(
+                data,
+                w,
+                (problem.pad_h, problem.pad_w),
+                (problem.dil_h, problem.dil_w),
+                problem.groups,
+            )
+            assert relative_error(y, ref) <= bound_for(tile, "fp16", "fp16"), xbits
+            views = plan.backend().workspace(plan, workspace, plan.batch_split)
+            vs.append(views["V"].astype(np.float64))
+        pairs, fp32 = vs
+        if data is x and tile == Tile(4, 4):  # (subnormal data has too few bits to round)
+            assert not np.array_equal(pairs, fp32)
+        scale = np.abs(fp32).max(axis=tuple(range(1, fp32.ndim)), keepdims=True)
+        assert (np.abs(pairs - fp32) <= 8 * 2.0**-11 * np.maximum(scale, 1e-30)).all()

@@ -157,7 +157,7 @@ SPEC_BREAKERS = {
         ),
         "(F6x6's input transform in bf16)",
     ),
-    "fused_xbits_invalid": (RtFusedSpec(extra={"xbits": 8}), "xbits 8: the input transform"),
+    "xbits_invalid": (RtFusedSpec(extra={"xbits": 8}), "xbits 8: the input transform"),
     "fused_xbits_needs_scaled_fp16": (
         RtFusedSpec(io="bf16", extra={"xbits": 16}),
         "needs fp16 io (io bf16",
@@ -186,6 +186,18 @@ SPEC_BREAKERS = {
     "streamed_registers": (
         RtInputSpec(vec=8, block=64, extra={"stream": 1}),
         "F4x4 at vec 8 streamed",
+    ),
+    "k2_xbits_needs_held_pairs": (
+        RtInputSpec(
+            vec=4,
+            block=128,
+            path="ldsrow",
+            lds_lanes=64,
+            lds_width=4,
+            prescale="fused",
+            extra={"xbits": 16},
+        ),
+        "at vec 2 (vec 4: one pair per window position)",
     ),
     "stream_not_on_lds_path": (
         RtInputSpec(
@@ -259,7 +271,7 @@ SPEC_REPAIRS = {
     "fused_hold_needs_fp16": dict(mdtype="fp16", prescale="split"),
     "fused_tcx_needs_hold": dict(extra={}),
     "fused_tcx_inexact": dict(io="fp16"),
-    "fused_xbits_invalid": dict(extra={"xbits": 16}),
+    "xbits_invalid": dict(extra={"xbits": 16}),
     "fused_xbits_needs_scaled_fp16": dict(io="fp16"),
     "fused_hold_kblock": dict(kblock=64),
     "fused_hold_shape": dict(cchunk=32),
@@ -270,6 +282,7 @@ SPEC_REPAIRS = {
     "stream_not_a_flag": dict(extra={"stream": 1}),
     "streamed_registers": dict(vec=4),
     "stream_not_on_lds_path": dict(extra={}),
+    "k2_xbits_needs_held_pairs": dict(vec=2),
     "ldsrow_no_lanes": dict(lds_width=8),
     "ldsrow_items_not_warp_multiple": dict(lds_width=4),
     "ldsrow_chunk_not_16_bytes": dict(lds_lanes=8),

@@ -82,10 +82,13 @@ def _held_matrices(spec: StageSpec, budget: FusedBudget | None) -> dict[str, obj
 
 
 def _input_pair_lines(spec: StageSpec, renderer) -> list[str]:
-    """KF at xbits 16: the input transform on fp16 pairs (fused2d.j2, pair_transform16)."""
+    """xbits 16 (KF, K2): the input transform on fp16 pairs, ``win[k]`` the pair at window
+    position k (fused2d.j2's pair_transform16, k2_input.j2's held LDS-rows window)."""
     if getattr(spec, "xbits", 32) != 16:
         return []
-    lines = _transform_lines(spec)["input_lines"]
+    tile = spec.tile
+    window = lambda a, b: f"win[{a * tile.aw + b} + v]"  # noqa: E731 - one channel's layout
+    lines = apply_2d(*tile_matrices(tile.mh, tile.mw)["input"], window, window, "t")
     return pair_lines(lines, renderer.pair_ops, fp16_bits)
 
 
