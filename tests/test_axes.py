@@ -103,7 +103,7 @@ def test_the_repo_declares_k2_stream_kf_hold_kpass_tcx_xbits_min_blocks_and_reje
         ("hold", ("kf",), 0),
         ("kpass", ("kf",), 0),
         ("tcx", ("kf",), 0),
-        ("xbits", ("kf",), 32),
+        ("xbits", ("kf", "k2"), 32),
         ("min_blocks", ("kf",), 0),
     ]
     with pytest.raises(ValueError, match=r"unknown axis\(es\) \['out_scale'\]"):

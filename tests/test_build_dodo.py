@@ -30,7 +30,7 @@ axes:  # the repo's: its refusals.yaml (copied below) reads stream, hold, kpass,
   - {name: hold, stages: [kf], type: int, ctype: int, suffix: "h{}", default: 0}
   - {name: kpass, stages: [kf], type: int, ctype: int, suffix: "q{}", default: 0}
   - {name: tcx, stages: [kf], type: int, ctype: int, suffix: "t{}", default: 0}
-  - {name: xbits, stages: [kf], type: int, ctype: int, suffix: "x{}", default: 32}
+  - {name: xbits, stages: [kf, k2], type: int, ctype: int, suffix: "x{}", default: 32}
   - {name: min_blocks, stages: [kf], type: int, ctype: int, suffix: "b{}", default: 0}
 stages:
   k1:

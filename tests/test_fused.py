@@ -428,11 +428,20 @@ def test_held_mma_transform_keeps_extreme_tiles_in_range(spec, root):
     2^-100 take the fp32 path from the staged window instead (scales past 2^-64 .. 2^64).
     C/G a multiple of 8 (the MMA path): each image within the tile's bound of its own
     float64 reference, 1 / 2^124 / 2^-100 magnitudes in images 0 / 1 / 2."""
-    problem = _problem(spec.io, N=3, C=64, K=24, H=10, W=9)
-    rng = _rng("extreme" + spec.name)
+    _each_image_within_bound(spec, root, "extreme", (1.0, 2.0**124, 2.0**-100), 2.0**-14)
+
+
+def _each_image_within_bound(spec, root, seed, magnitudes, w_scale, largest=False):
+    """N(0,1) images times ``magnitudes`` (C/G = 64, a multiple of 8), filters times
+    ``w_scale`` (and the io dtype's largest value in the last image where ``largest``): each
+    image's y within the tile's bound of its own float64 reference."""
+    problem = _problem(spec.io, N=len(magnitudes), C=64, K=24, H=10, W=9)
+    rng = _rng(seed + spec.name)
     x = rng.standard_normal((problem.N, problem.H, problem.W, problem.C))
-    x *= np.array([1.0, 2.0**124, 2.0**-100])[:, None, None, None]
-    w = rng.standard_normal((problem.K, 3, 3, problem.Cg)) * 2.0**-14
+    x *= np.array(magnitudes)[:, None, None, None]
+    if largest:
+        x[-1, 4, 4, 7] = spec.io.largest_finite
+    w = rng.standard_normal((problem.K, 3, 3, problem.Cg)) * w_scale
     x, w = x.astype(numpy_dtype(spec.io)), w.astype(numpy_dtype(spec.io))
     plan = dispatch(problem, target="c", cache_root=root, specs=_pipeline(spec, problem))
     y = plan.run(x, w).astype(np.float64)
@@ -468,18 +477,7 @@ def test_fp16_pair_transform_keeps_extreme_tiles_in_range(spec, root):
     then one rounding) and x 2^13 with fp16's largest value (scales 2^-15, 2^-16: subnormal
     fp16 factors) each within the tile's bound of its own float64 reference (C/G a multiple
     of 8)."""
-    problem = _problem(spec.io, N=3, C=64, K=24, H=10, W=9)
-    rng = _rng("x16" + spec.name)
-    x = rng.standard_normal((problem.N, problem.H, problem.W, problem.C))
-    x *= np.array([1.0, 2.0**-19, 2.0**13])[:, None, None, None]
-    x[2, 4, 4, 7] = 65504.0
-    w = rng.standard_normal((problem.K, 3, 3, problem.Cg)) * 2.0**-6
-    x, w = x.astype(np.float16), w.astype(np.float16)
-    plan = dispatch(problem, target="c", cache_root=root, specs=_pipeline(spec, problem))
-    y = plan.run(x, w).astype(np.float64)
-    ref = conv2d_reference(x, w, (1, 1), (1, 1), 1)
-    for n in range(problem.N):
-        assert relative_error(y[n], ref[n]) <= bound_for(spec.tile, spec.io, spec.mdtype), n
+    _each_image_within_bound(spec, root, "x16", (1.0, 2.0**-19, 2.0**13), 2.0**-6, largest=True)
 
 
 def test_fp16_pair_transform_on_the_chunked_kernel(tmp_path):
