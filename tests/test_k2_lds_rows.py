@@ -257,8 +257,8 @@ def test_fp16_pair_transform_k2_within_the_bound(x16_root, case):
     buffers, y within the tile's fp16 bound of float64 on N(0,1) data and on data whose tiles
     lie mostly in fp16's subnormals (scales 2^18 and up: fp32 products, then one rounding) next
     to a value of 60000 (scale 2^-16: a subnormal fp16 factor); V differs from xbits 32's
-    (the pairs round each operation; F4x4 on N(0,1) data) by a few fp16 units of the tile's
-    largest bin at most."""
+    (the pairs round each operation; F4x4 on N(0,1) data) by at most 8 fp16 units of the
+    bin's largest |V| over the tiles."""
     label, tile, _ = case
     problem = Problem(**PROBLEMS[label], dtype="fp16")
     x, w = rf.inputs(problem, np.random.default_rng(len(label) + tile.bins))
