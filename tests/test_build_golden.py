@@ -37,6 +37,7 @@ def test_shard_is_representative():
     held = [s for s in specs if s.stage is Stage.FUSED and s.hold]
     assert {s.tcx for s in held} == {0, 1}  # the held transforms on both units
     assert {s.xbits for s in held} == {16, 32}  # the input transform on fp16 pairs and in fp32
+    assert {s.xbits for s in specs if s.stage is Stage.INPUT} == {16, 32}  # K2's too
     assert len({k.label for k in golden.SHARD}) == len(golden.SHARD)
     assert all(in_grid(k.spec) for k in golden.SHARD), "shard specs should be grid kernels"
 

@@ -36,6 +36,7 @@ GOLDEN = config.ROOT / "tests" / "golden"
 _F16, _BF16, _F32 = DType.FP16, DType.BF16, DType.FP32
 _REG, _LDS, _ROWS = K2Path.REGISTER, K2Path.LDS, K2Path.LDS_ROWS
 _S1 = {"stream": 1}  # the streamed transform (a declared axis: wino.axes)
+_X16 = {"xbits": 16}  # the input transform on fp16 pairs (a declared axis)
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,8 @@ SHARD: tuple[GoldenKernel, ...] = (
     GoldenKernel(RtInputSpec(Tile(4, 4), _BF16, _F16, 2, 256, _REG, 0, 0, Prescale.SPLIT)),
     GoldenKernel(RtInputSpec(Tile(4, 4), _F16, _F16, 4, 64, _LDS, 16, 4, Prescale.SPLIT)),
     GoldenKernel(RtInputSpec(Tile(2, 4), _F32, _F32, 4, 64, _LDS, 16, 4, Prescale.SPLIT)),
-    GoldenKernel(RtInputSpec(Tile(4, 4), _F16, _F16, 2, 128, _ROWS, 32, 8, Prescale.FUSED)),
+    # the fp16 default K2: the LDS-rows held window on fp16 pairs (xbits 16)
+    GoldenKernel(RtInputSpec(Tile(4, 4), _F16, _F16, 2, 128, _ROWS, 32, 8, Prescale.FUSED, _X16)),
     GoldenKernel(RtInputSpec(Tile(2, 2), _BF16, _F16, 8, 64, _ROWS, 64, 1, Prescale.FUSED, _S1)),
     GoldenKernel(RtOutputSpec(Tile(4, 4), _F16, _F32, 8, 256, Epilogue.BIAS_RELU)),
     GoldenKernel(RtOutputSpec(Tile(6, 2), _BF16, _F32, 1, 256)),
