@@ -374,3 +374,21 @@ def test_default_pick_for_every_public_layer(public_problems, target):
                     stage_launch(spec, problem.with_batch(split))
                 served += 1
     assert served >= 10 * len(TILES) * len(DTYPES)
+
+
+def test_a_subgrid_expands_in_the_same_order_whatever_its_key_order():
+    """A build's stamp of grids/stages.yaml stores each mapping's keys sorted; a process that
+    reads the grid from it must expand every sub-grid in the YAML's order (the default pick
+    breaks ties by declaration order): the axes run in the spec's field order, then the
+    declared axes' order, not the mapping's."""
+    from wino.specs import spec_from_fields
+
+    def names(subgrid, stage):
+        return [spec_from_fields(stage, p).name for p in grid._points(subgrid, stage)]
+
+    for stage in grid.GRID_STAGES:
+        for subgrid in config.declared("stages")["stages"].get(stage.short, []):
+            stamped = dict(sorted(subgrid.items()))
+            if "axes" in stamped:
+                stamped["axes"] = dict(sorted(stamped["axes"].items(), reverse=True))
+            assert names(stamped, stage) == names(subgrid, stage), subgrid["name"]

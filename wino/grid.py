@@ -10,10 +10,12 @@ no target, the grid is every spec some target builds.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from collections import defaultdict
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any
 
+from . import axes as declared_axes
 from . import config
 from .refusals import Refused, spec_refusal, spec_refusals  # noqa: F401 (grid.spec_refusal)
 from .specs import SPEC_CLASSES, StageSpec, spec_from_fields
@@ -31,16 +33,27 @@ class RefusedSpec:
     target: Target | None = None  # the target it was refused on (the first one, in the union)
 
 
-def _points(subgrid: dict[str, Any]):
+def _points(subgrid: dict[str, Any], stage: Stage):
+    """A sub-grid's points: its axes multiplied out (the last varying fastest), then each
+    combo applied. The axes run in the spec's field order, then the declared axes' order,
+    whatever order the mapping holds its keys in (a build's stamp of the YAML stores them
+    sorted), so a process that reads the grid from a stamp expands it in the same order."""
     axes = {k: v for k, v in subgrid.items() if k not in _NOT_AXES}
     axes.update(subgrid.get("axes", {}))  # values of YAML-declared axes (wino.axes)
     combos = subgrid.get("combos", [{}])
-    keys = list(axes)
+    keys = sorted(axes, key=_axis_rank(stage).get)  # unknown keys last (spec_from_fields refuses)
     for combo in combos:
         for values in itertools.product(*(axes[k] for k in keys)):
             point = dict(zip(keys, values, strict=True))
             point.update(combo)
             yield point
+
+
+def _axis_rank(stage: Stage) -> dict[str, int]:
+    """Position of each field and declared axis of the stage's spec, in expansion order."""
+    names = [f.name for f in fields(SPEC_CLASSES[stage]) if f.name != "extra"]
+    names += list(declared_axes.of_stage(stage.short))
+    return defaultdict(lambda: len(names), {name: i for i, name in enumerate(names)})
 
 
 def _excluded(
@@ -148,7 +161,7 @@ def _expanded() -> _Expansion:
             )
         for subgrid in subgrids:
             targets = _subgrid_targets(subgrid)
-            for point in _points(subgrid):
+            for point in _points(subgrid, stage):
                 try:
                     spec = spec_from_fields(stage, point)
                 except (ValueError, TypeError) as err:
