@@ -122,6 +122,19 @@ def m_growth(mh: int, mw: int) -> Fraction:
     return ROW_GROWTH[mh] * ROW_GROWTH[mw]
 
 
+def exact_bits(value: Fraction | float, dtype: DType) -> int:
+    """The 16-bit pattern of ``value`` in ``dtype`` (fp16 or bf16); ValueError when the value
+    is not exact there (a coefficient the MMA or pair arithmetic would round)."""
+    import ml_dtypes
+    import numpy as np
+
+    np_dtype = {DType.FP16: np.float16, DType.BF16: ml_dtypes.bfloat16}[dtype]
+    stored = np.array(float(value), dtype=np_dtype)
+    if Fraction(float(stored)) != Fraction(value):
+        raise ValueError(f"{value} is not exact in {dtype}")
+    return int(stored.view(np.uint16))
+
+
 @cache
 def kron_bits(kind: str, mh: int, mw: int, dtype: DType) -> tuple[tuple[int, ...], ...]:
     """A tile's 2-D transform ``kind`` ("input": Bt_h d B_w, "output": At_h M A_w) as one
@@ -130,20 +143,16 @@ def kron_bits(kind: str, mh: int, mw: int, dtype: DType) -> tuple[tuple[int, ...
     R[rj][qj], as ``dtype``'s 16-bit patterns (fp16 or bf16), zero-padded to multiples of 16
     rows and columns (m16n8k16 tiles). Raises ValueError when a coefficient is not exact in
     dtype (F6x6's input transform in bf16: 441/16)."""
-    import ml_dtypes
-    import numpy as np
-
     index = {"input": 2, "output": 0}[kind]
     left, right = matrices(mh)[index], matrices(mw)[index]
     nw, cw = len(right), len(right[0])
     rows, cols = len(left) * nw, len(left[0]) * cw
-    np_dtype = {DType.FP16: np.float16, DType.BF16: ml_dtypes.bfloat16}[dtype]
     out = [[0] * (-(-cols // 16) * 16) for _ in range(-(-rows // 16) * 16)]
     for r in range(rows):
         for q in range(cols):
             value = left[r // nw][q // cw] * right[r % nw][q % cw]
-            stored = np.array(float(value), dtype=np_dtype)
-            if Fraction(float(stored)) != value:
-                raise ValueError(f"{kind} transform F{mh}x{mw}: {value} is not exact in {dtype}")
-            out[r][q] = int(stored.view(np.uint16))
+            try:
+                out[r][q] = exact_bits(value, dtype)
+            except ValueError as err:
+                raise ValueError(f"{kind} transform F{mh}x{mw}: {err}") from None
     return tuple(tuple(row) for row in out)

@@ -10,7 +10,6 @@ from functools import lru_cache
 from pathlib import Path
 
 import jinja2
-import numpy as np
 
 from ..config import ROOT
 from ..fused import FusedBudget
@@ -18,8 +17,8 @@ from ..kinds import kind_of
 from ..launch import stage_launch
 from ..problem import Problem
 from ..specs import RtFusedSpec, StageSpec
-from ..vocab import Activation, K2Path, Prescale, Target
-from ..winograd import kron_bits
+from ..vocab import Activation, DType, K2Path, Prescale, Target
+from ..winograd import exact_bits, kron_bits
 from .renderers import RENDERERS
 from .transforms import apply_2d, apply_2d_row_pieces, apply_2d_rows, pair_lines, tile_matrices
 
@@ -93,12 +92,9 @@ def _input_pair_lines(spec: StageSpec, renderer) -> list[str]:
 
 
 def fp16_bits(value: float) -> int:
-    """The fp16 bit pattern of an exactly representable coefficient (rule
-    fused_xbits_inexact keeps the others off the grid)."""
-    bits = int(np.array(value, dtype=np.float16).view(np.uint16))
-    if float(np.array(bits, dtype=np.uint16).view(np.float16)) != value:
-        raise ValueError(f"fp16_bits: {value!r} is not exact in fp16")
-    return bits
+    """A coefficient's fp16 pattern: every tile's input-transform coefficients are exact in
+    fp16 (tests/test_transforms.py renders each tile's pair form), so a render never rounds one."""
+    return exact_bits(value, DType.FP16)
 
 
 def baked_symbol(spec: StageSpec) -> str:
