@@ -392,3 +392,15 @@ def test_a_subgrid_expands_in_the_same_order_whatever_its_key_order():
             if "axes" in stamped:
                 stamped["axes"] = dict(sorted(stamped["axes"].items(), reverse=True))
             assert names(stamped, stage) == names(subgrid, stage), subgrid["name"]
+
+
+def test_an_unknown_subgrid_key_is_named_by_the_spec_not_a_sort():
+    """A key that is neither a field nor a declared axis sorts after them and reaches
+    spec_from_fields, whose message names it (not a TypeError from the expansion order)."""
+    from wino.specs import spec_from_fields
+
+    subgrid = {"name": "typo", "tile": ["F2x2"], "vecs": [2], "vec": [1]}
+    points = list(grid._points(subgrid, Stage.INPUT))
+    assert list(points[0]) == ["tile", "vec", "vecs"]
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['vecs'\]"):
+        spec_from_fields(Stage.INPUT, points[0])

@@ -10,7 +10,7 @@ no target, the grid is every spec some target builds.
 from __future__ import annotations
 
 import itertools
-from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import Any
@@ -41,7 +41,7 @@ def _points(subgrid: dict[str, Any], stage: Stage):
     axes = {k: v for k, v in subgrid.items() if k not in _NOT_AXES}
     axes.update(subgrid.get("axes", {}))  # values of YAML-declared axes (wino.axes)
     combos = subgrid.get("combos", [{}])
-    keys = sorted(axes, key=_axis_rank(stage).get)  # unknown keys last (spec_from_fields refuses)
+    keys = sorted(axes, key=_axis_order(stage))  # unknown keys last (spec_from_fields refuses)
     for combo in combos:
         for values in itertools.product(*(axes[k] for k in keys)):
             point = dict(zip(keys, values, strict=True))
@@ -49,11 +49,13 @@ def _points(subgrid: dict[str, Any], stage: Stage):
             yield point
 
 
-def _axis_rank(stage: Stage) -> dict[str, int]:
-    """Position of each field and declared axis of the stage's spec, in expansion order."""
+def _axis_order(stage: Stage) -> Callable[[str], int]:
+    """A sort key: the position of a field or declared axis of the stage's spec, in expansion
+    order; any other name after them all."""
     names = [f.name for f in fields(SPEC_CLASSES[stage]) if f.name != "extra"]
     names += list(declared_axes.of_stage(stage.short))
-    return defaultdict(lambda: len(names), {name: i for i, name in enumerate(names)})
+    rank = {name: i for i, name in enumerate(names)}
+    return lambda key: rank.get(key, len(rank))
 
 
 def _excluded(
