@@ -19,9 +19,9 @@ import wino
 from tests import host_cache
 from wino import grid
 from wino.kinds import BY_KIND, Kind
-from wino.pick import default_stage_specs, fused_pipeline
+from wino.pick import default_fused_specs, default_stage_specs, fused_pipeline
 from wino.problem import Problem
-from wino.refusals import Refused
+from wino.refusals import Refused, spec_refusal
 from wino.runtime import conv2d_reference, dispatch, relative_error, tuning
 from wino.runtime.arrays import numpy_dtype
 from wino.runtime.plan import default_tile
@@ -71,6 +71,15 @@ def _plain(spec):
     return spec.replace(epilogue=NONE)
 
 
+#: The held KF epilogue kernels (hold > 0): their output phase stores channel pairs, so an odd
+#: K/G leaves the last pair of each group with one channel (K = 21 over 3 groups).
+HELD_EPILOGUE = tuple(s for s in GRID_EPILOGUE if getattr(s, "hold", 0))
+
+
+def _odd_k_problem(spec) -> Problem:
+    return _problem(spec.io, K=21)
+
+
 @pytest.fixture(scope="session")
 def root(tmp_path_factory):
     """One host cache: every grid epilogue kernel and its epilogue-free twin, K4 at every tile,
@@ -81,6 +90,8 @@ def root(tmp_path_factory):
         problem = _problem_for(spec)
         specs.update(_pipeline(spec, problem).values())
         specs.update(_pipeline(_plain(spec), problem).values())
+    for spec in HELD_EPILOGUE:
+        specs.update(_pipeline(spec, _odd_k_problem(spec)).values())
     for dtype in (DType.FP16, DType.FP32):
         problem = _problem(dtype)
         for epilogue in Epilogue:
@@ -129,9 +140,10 @@ def _bound(spec) -> float:
     return bound_for(spec.tile, spec.io, spec.xdtype if spec.stage is Stage.FUSED else None)
 
 
-def _check(root, spec):
-    """The spec's plan against the float64 epilogue reference; returns (y, x, w, problem)."""
-    problem = _problem_for(spec)
+def _check(root, spec, problem: Problem | None = None):
+    """The spec's plan against the float64 epilogue reference (on ``problem``, default
+    ``_problem_for(spec)``); returns (y, x, w, problem)."""
+    problem = problem or _problem_for(spec)
     x, w, bias, ref = _operands(problem, spec.name)
     plan = _plan(root, spec, problem)
     assert plan.epilogue is spec.epilogue and plan.steps[-1].name == spec.name
@@ -157,6 +169,46 @@ def test_grid_epilogue_kernels_within_bound(root, spec):
         plain = _run_poisoned(_plan(root, _plain(spec), problem), x, w, None)
         assert np.count_nonzero(plain < 0) > 0
         assert np.array_equal(y, np.maximum(plain, 0))
+
+
+@pytest.mark.parametrize("spec", HELD_EPILOGUE, ids=lambda s: s.name)
+def test_held_epilogue_at_odd_output_channels(root, spec):
+    """K/G = 7: the held kernel's last channel pair of each group has one channel (its bias
+    and fs read only where the channel exists, the other half of the pair not stored)."""
+    assert _odd_k_problem(spec).Kg % 2 == 1
+    _check(root, spec, _odd_k_problem(spec))
+
+
+def test_held_mma_output_transform_applies_the_epilogue(tmp_path):
+    """tcx 1 (the output transform on the MMA; not among the grid's epilogue variants) adds
+    the bias and clamps on its lanes' channel pairs, at even and odd K/G."""
+    held = next(
+        s
+        for s in grid.aot_stage_specs(Stage.FUSED)
+        if s.tcx and s.io is DType.FP16 and s.epilogue is NONE and s.tile == Tile(4, 4)
+    )
+    spec = held.replace(epilogue=BIAS_RELU)
+    assert spec_refusal(spec) is None
+    problems = [_problem_for(spec), _odd_k_problem(spec)]
+    specs = {s for p in problems for s in _pipeline(spec, p).values()}
+    host_cache.build(sorted(specs, key=lambda s: s.name), tmp_path)
+    for problem in problems:
+        _check(tmp_path, spec, problem)
+
+
+@pytest.mark.parametrize("epilogue", [BIAS, RELU, BIAS_RELU], ids=lambda e: e.value)
+@pytest.mark.parametrize("dtype", [DType.FP16, DType.BF16], ids=lambda d: d.short)
+def test_the_default_fused_pick_keeps_its_kernel_with_an_epilogue(dtype, epilogue):
+    """A bias / ReLU layer runs the fused kernel a plain one runs, with the epilogue: on the
+    C = K = 64 layers grids/algorithms.yaml sends to the fused plan (fused_held_c64), the held
+    kernel, not the chunked one (which the pick fell back to while the held schedule had no
+    epilogue: 2.3x slower on VGG-16 conv1_2, docs/FUSED.md)."""
+    for tile, hw in [(Tile(4, 4), 224), (Tile(2, 2), 14)]:
+        problem = Problem(N=16, C=64, H=hw, W=hw, K=64, pad_h=1, pad_w=1, dtype=dtype)
+        plain = default_fused_specs(problem, tile, target=Target.CUDA)
+        picked = default_fused_specs(problem, tile, epilogue=epilogue, target=Target.CUDA)
+        assert plain[Stage.FUSED].hold == 64
+        assert picked == {**plain, Stage.FUSED: plain[Stage.FUSED].replace(epilogue=epilogue)}
 
 
 @pytest.mark.parametrize("tile", TILES, ids=lambda t: t.name)
@@ -333,8 +385,10 @@ def test_tuned_specs_keep_their_stages_and_swap_k4(root):
 # Grid, names, ABI -----------------------------------------------------------------------------
 def test_grid_variants_are_the_declared_ones():
     """K4 F2x2/F4x4 x vec 1/8 x (3 io with fp32 M + fp16/bf16 io with fp16 M), KF F2x2/F4x4
-    one-stage chunked specs (hold 0), x 3 epilogues; each has its epilogue-free twin in the
-    grid."""
+    one-stage chunked specs (hold 0) and the held kernels the default fused pick takes (F4x4
+    two-pass 18 warps, own tile scales, fp32 transforms: fp16 with both input arithmetics, bf16
+    with fp32's; F2x2 8 warps: fp16 and bf16), x 3 epilogues; each has its epilogue-free twin
+    in the grid."""
     k4 = [s for s in GRID_EPILOGUE if s.stage is Stage.OUTPUT]
     kf = [s for s in GRID_EPILOGUE if s.stage is Stage.FUSED]
     assert len(k4) == 2 * 2 * 3 * (3 + 2)
@@ -350,7 +404,19 @@ def test_grid_variants_are_the_declared_ones():
         and s.hold == 0
         and s.tile in (Tile(2, 2), Tile(4, 4))
     ]
-    assert len(kf) == 3 * len(one_stage) and not any(s.hold for s in kf)
+    chunked = [s for s in kf if not s.hold]
+    assert len(chunked) == 3 * len(one_stage)
+    held = sorted({_plain(s).name for s in kf if s.hold})
+    assert held == sorted(
+        [
+            "kf_f4x4_ifp16_mfp16_p32_k64_c32_w18_s1_pfused_h64_q32",
+            "kf_f4x4_ifp16_mfp16_p32_k64_c32_w18_s1_pfused_h64_q32_x16",
+            "kf_f4x4_ibf16_mfp16_p32_k64_c32_w18_s1_pfused_h64_q32",
+            "kf_f2x2_ifp16_mfp16_p32_k64_c32_w8_s1_psplit_h64",
+            "kf_f2x2_ibf16_mfp16_p32_k64_c32_w8_s1_psplit_h64",
+        ]
+    )
+    assert len(kf) == len(chunked) + 3 * len(held)
 
 
 def test_names_keep_none_and_tag_the_rest():

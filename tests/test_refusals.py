@@ -171,10 +171,6 @@ SPEC_BREAKERS = {
         RtFusedSpec(kblock=64, cchunk=32, extra={"hold": 64, "kpass": 24}),
         "kpass 24: the held schedule's passes",
     ),
-    "fused_hold_epilogue": (
-        RtFusedSpec(cchunk=32, epilogue="relu", extra={"hold": 64}),
-        "no epilogue yet (epilogue relu)",
-    ),
     "fused_min_blocks_fit": (
         RtFusedSpec(tiles=32, kblock=64, cchunk=32, warps=18, extra={"hold": 64, "min_blocks": 2}),
         "min_blocks 2: at 166784 bytes of shared memory and 576 threads a block, 1 block(s) fit",
@@ -275,7 +271,6 @@ SPEC_REPAIRS = {
     "fused_xbits_needs_scaled_fp16": dict(io="fp16"),
     "fused_hold_kblock": dict(kblock=64),
     "fused_hold_shape": dict(cchunk=32),
-    "fused_hold_epilogue": dict(epilogue="none"),
     "fused_kpass_invalid": dict(extra={"hold": 64, "kpass": 32}),
     "fused_min_blocks_fit": dict(tiles=16, warps=9, extra={"hold": 64, "min_blocks": 2}),
     "m_dtype_unsupported": dict(accdtype="fp32"),

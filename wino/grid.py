@@ -126,21 +126,24 @@ class _Expansion:
 
 
 def _epilogue_variants(stage: Stage, specs: tuple[StageSpec, ...], variants: dict | None):
-    """The ``epilogues`` section's variants of one stage: each accepted spec whose fields
-    match ``where`` (its fields and declared axes, defaults included) again with each of
-    ``values`` as its epilogue."""
+    """The ``epilogues`` section's variants of one stage: each accepted spec that matches one
+    of the ``where`` entries (an entry: its fields and declared axes, defaults included, each
+    among the listed values) again with each of ``values`` as its epilogue."""
     if not variants:
         return
     where = variants["where"]
+    entries = where if isinstance(where, list) else [where]
     for spec in specs:
         fields = {name: value for _, name, value in spec.axis_values()} | spec.fields_dict()
-        unknown = sorted(set(where) - set(fields))
+        unknown = sorted({k for entry in entries for k in entry} - set(fields))
         if unknown:
             raise config.ConfigError(
                 f"grids/stages.yaml: epilogues.{stage.short}.where: {unknown} are not "
                 f"{stage.short} spec fields; known: {sorted(fields)}"
             )
-        if fields.get("epilogue") != "none" or any(fields[k] not in v for k, v in where.items()):
+        if fields.get("epilogue") != "none" or not any(
+            all(fields[k] in v for k, v in entry.items()) for entry in entries
+        ):
             continue
         for value in variants["values"]:
             yield spec.replace(epilogue=value)
