@@ -7,6 +7,8 @@
                                                           # vs cuDNN on public layers
     python3 scripts/gpu_fused.py sanitize  # one small fused plan (run under compute-sanitizer)
     python3 scripts/gpu_fused.py profile LAYER SPEC  # one layer's fused plan, twice (for ncu)
+    python3 scripts/gpu_fused.py epilogue [fp16|bf16]  # bias + ReLU: dispatch's plan with and
+                                                       # without, the chunked kernel, cuDNN
 
 Run from the repository root with CuPy and PyTorch importable (doit is not needed: the build
 goes through wino.builder.builder). scripts/gpu_fused.sh runs all four in order.
@@ -28,7 +30,7 @@ from wino import grid  # noqa: E402
 from wino.builder import builder  # noqa: E402
 from wino.geometry import TileGrid  # noqa: E402
 from wino.launch import stage_launch  # noqa: E402
-from wino.pick import default_stage_specs, fused_pipeline  # noqa: E402
+from wino.pick import default_fused_specs, default_stage_specs, fused_pipeline  # noqa: E402
 from wino.problem import Problem  # noqa: E402
 from wino.refusals import Refused  # noqa: E402
 from wino.runtime import conv2d_reference, dispatch, relative_error  # noqa: E402
@@ -110,6 +112,19 @@ def build(contains: str = "") -> None:
             for spec in (s for s in FUSED if contains in s.name):
                 if spec.io is dtype and _fits(spec, problem):
                     specs.update(_pipeline(spec, problem).values())
+    for _, fields in LAYERS[:3]:  # the C = K = 64 layers: the epilogue step's plans
+        for dtype in (DType.FP16, DType.BF16):
+            problem = _layer(fields, dtype)
+            for epilogue in Epilogue:
+                tile = default_tile(problem)
+                specs.update(default_fused_specs(problem, tile, epilogue=epilogue).values())
+                specs.update(default_stage_specs(problem, tile, epilogue=epilogue).values())
+            specs.update(_pipeline(_chunked_bias_relu(problem), problem).values())
+    sanitized = _problem(DType.FP16, C=48, K=39, H=9, W=10)
+    for spec in FUSED:
+        if spec.hold and spec.io is DType.FP16 and _fits(spec, sanitized):
+            relu = spec.replace(epilogue=Epilogue.BIAS_RELU)  # the tcx 1 ones: off the grid
+            specs.update(_pipeline(relu, sanitized).values())
     result = builder.build(
         sorted(specs, key=lambda s: s.name), [Target.CUDA], root=ROOT, jobs=os.cpu_count() or 4
     )
@@ -137,7 +152,7 @@ def _torch_dtype(dtype: DType):
     return torch.float16 if dtype is DType.FP16 else torch.bfloat16
 
 
-def _run_poisoned(plan, xt, wt):
+def _run_poisoned(plan, xt, wt, bias=None):
     """y all NaN and the workspace all 0xFF bytes before the run; returns y."""
     import cupy
     import torch
@@ -145,7 +160,7 @@ def _run_poisoned(plan, xt, wt):
     p = plan.problem
     y = torch.full((p.N, p.Ho, p.Wo, p.K), float("nan"), dtype=xt.dtype, device=xt.device)
     workspace = cupy.full(plan.workspace_bytes, 0xFF, dtype=cupy.uint8)
-    return plan.run(xt, wt, y=y, workspace=workspace)
+    return plan.run(xt, wt, y=y, workspace=workspace, bias=bias)
 
 
 def check(contains: str = "") -> int:
@@ -204,7 +219,7 @@ def _roofline_us(spec, problem: Problem) -> float:
     )
 
 
-def _timed_plan(plan, xt, wt, timer):
+def _timed_plan(plan, xt, wt, timer, bias=None):
     """(median us per call with U cached, the output)."""
     import cupy
     import torch
@@ -216,7 +231,9 @@ def _timed_plan(plan, xt, wt, timer):
     # torch tensors launch on torch's current stream unless told: the timer's capture stream
     # must be named, or the graph it captures is empty (1-2 us per "call").
     stream = timer.stream
-    return timer.time_us(lambda s: plan.run(xt, y=y, workspace=workspace, U=u, stream=stream)), y
+    return timer.time_us(
+        lambda s: plan.run(xt, y=y, workspace=workspace, U=u, bias=bias, stream=stream)
+    ), y
 
 
 def _cudnn_issue(torch, xt, wt):
@@ -276,11 +293,75 @@ def time_layers(dtype_name: str = "fp16", contains: str = "") -> None:
         cupy.get_default_memory_pool().free_all_blocks()
 
 
+def _chunked_bias_relu(problem: Problem):
+    """The chunked (hold 0) bias + ReLU KF the default fused pick took on the C = K = 64
+    layers before the held kernel had the epilogue."""
+    tile = default_tile(problem)
+    return next(
+        s
+        for s in grid.aot_stage_specs(Stage.FUSED, Target.CUDA)
+        if s.epilogue is Epilogue.BIAS_RELU
+        and not s.hold
+        and s.tile == tile
+        and s.io is problem.dtype
+        and _fits(s, problem)
+    )
+
+
+def epilogue(dtype_name: str = "fp16") -> None:
+    """Bias + ReLU on the C = K = 64 layers, U cached, in one run on the same tensors:
+    dispatch's plan (grids/algorithms.yaml's choice) without and with the epilogue, the chunked
+    bias + ReLU kernel the fused pick took before the held kernel had it, the unfused plan
+    with the epilogue, and torch (cuDNN's convolution with the bias, then ReLU); every wino
+    output checked against torch's fp32 conv + bias + ReLU."""
+    import torch
+
+    from wino.bench.compare import configure
+    from wino.bench.timing import CupyGraphTimer, Settings, TorchGraphTimer
+
+    configure(torch)
+    settings = Settings(warmup=5, repeats=20)
+    timer, ttimer = CupyGraphTimer(settings), TorchGraphTimer(settings)
+    print("layer | plan | us | error (bound) | kernel")
+    for label, fields in LAYERS[:3]:
+        problem = _layer(fields, DType(dtype_name))
+        _, _, xt, wt = _device_inputs(problem, label)
+        bias = torch.randn(problem.K, device="cuda").to(xt.dtype)
+        xc, wc = xt.permute(0, 3, 1, 2), wt.permute(0, 3, 1, 2)
+        ref = torch.relu(torch.nn.functional.conv2d(xc.float(), wc.float(), bias.float(), 1, 1))
+        ref = ref.permute(0, 2, 3, 1)
+        bound = bound_for(default_tile(problem), problem.dtype)
+        chunked = _pipeline(_chunked_bias_relu(problem), problem)
+        plans = [
+            ("dispatch, no epilogue", dispatch(problem, target="cuda", cache_root=ROOT), None),
+            ("dispatch, bias_relu", dispatch(problem, target="cuda", cache_root=ROOT,
+                                             epilogue="bias_relu"), bias),
+            ("chunked fused, bias_relu", dispatch(problem, target="cuda", cache_root=ROOT,
+                                                  specs=chunked), bias),
+            ("unfused, bias_relu", dispatch(problem, target="cuda", cache_root=ROOT,
+                                            algorithm="unfused", epilogue="bias_relu"), bias),
+        ]  # fmt: skip
+        for name, plan, b in plans:
+            t, y = _timed_plan(plan, xt, wt, timer, bias=b)
+            err = (
+                f"{float((y.float() - ref).abs().max() / ref.abs().max()):.1e} ({bound:.0e})"
+                if b is not None
+                else "-"
+            )
+            print(f"{label} {problem.label()} | {name} | {t:.1f} | {err} | {plan.steps[-1].name}")
+        t = ttimer.time_us(
+            lambda s, xc=xc, wc=wc, b=bias: torch.relu(torch.nn.functional.conv2d(xc, wc, b, 1, 1))
+        )
+        print(f"{label} {problem.label()} | torch conv2d(bias) + relu (cuDNN) | {t:.1f} | - | -")
+
+
 def sanitize(contains: str = "") -> None:
     """One small fused plan per MMA dtype pairing and per held schedule variant (one pass with
     K2a's scales, two passes with the kernel's own, two blocks per SM), each with its transforms
     on the CUDA cores in fp32 and on fp16 pairs and on the MMA (tcx 0, xbits 16, tcx 1) where
-    the grid has it; those whose name holds ``contains`` (compute-sanitizer runs this)."""
+    the grid has it; and the held kernels' bias + ReLU (on the CUDA cores: the grid's fp16
+    ones; on the MMA: tcx 1, off the grid) at an odd K, so the last channel pair has one
+    channel; those whose name holds ``contains`` (compute-sanitizer runs this)."""
     chunked = (FUSED[0], next(s for s in FUSED if s.mdtype is DType.BF16))
     held = []
     for tcx, xbits in ((0, 32), (0, 16), (1, 32)):
@@ -293,11 +374,22 @@ def sanitize(contains: str = "") -> None:
             lambda s: s.min_blocks and s.prescale is Prescale.FUSED,
         )
         held += [s for s in (next(filter(pick, of), None) for pick in picks) if s is not None]
-    for spec in (s for s in (*chunked, *held) if contains in s.name):
-        problem = _problem(spec.io, C=48, K=40, H=9, W=10)
+    epilogue = [
+        s
+        for s in grid.aot_stage_specs(Stage.FUSED, Target.CUDA)
+        if s.hold and s.io is DType.FP16 and s.epilogue is Epilogue.BIAS_RELU
+    ]
+    epilogue.append(next(s for s in held if s.tcx).replace(epilogue=Epilogue.BIAS_RELU))
+    for spec in (s for s in (*chunked, *held, *epilogue) if contains in s.name):
+        problem = _problem(spec.io, C=48, K=39 if spec.epilogue.bias else 40, H=9, W=10)
         plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
         _, _, xt, wt = _device_inputs(problem, "sanitize")
-        _run_poisoned(plan, xt, wt)
+        bias = None
+        if spec.epilogue.bias:
+            import torch
+
+            bias = torch.randn(problem.K, device="cuda").to(xt.dtype)
+        _run_poisoned(plan, xt, wt, bias)
         import torch
 
         torch.cuda.synchronize()
@@ -330,6 +422,7 @@ if __name__ == "__main__":
         "time": time_layers,
         "sanitize": sanitize,
         "profile": profile,
+        "epilogue": epilogue,
     }
     if step not in steps:
         sys.exit(f"usage: gpu_fused.py {{{'|'.join(steps)}}} [args]")
