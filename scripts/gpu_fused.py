@@ -359,7 +359,7 @@ def sanitize(contains: str = "") -> None:
     """One small fused plan per MMA dtype pairing and per held schedule variant (one pass with
     K2a's scales, two passes with the kernel's own, two blocks per SM), each with its transforms
     on the CUDA cores in fp32 and on fp16 pairs and on the MMA (tcx 0, xbits 16, tcx 1) where
-    the grid has it, and both transforms on fp16 pairs (ybits 16); and the held kernels' bias + ReLU (on the CUDA cores: the grid's fp16
+    the grid has it; and the held kernels' bias + ReLU (on the CUDA cores: the grid's fp16
     ones; on the MMA: tcx 1, off the grid) at an odd K, so the last channel pair has one
     channel; those whose name holds ``contains`` (compute-sanitizer runs this)."""
     chunked = (FUSED[0], next(s for s in FUSED if s.mdtype is DType.BF16))
@@ -374,7 +374,6 @@ def sanitize(contains: str = "") -> None:
             lambda s: s.min_blocks and s.prescale is Prescale.FUSED,
         )
         held += [s for s in (next(filter(pick, of), None) for pick in picks) if s is not None]
-    held += [s for s in FUSED if s.ybits == 16 and s.prescale is Prescale.FUSED][:1]
     epilogue = [
         s
         for s in grid.aot_stage_specs(Stage.FUSED, Target.CUDA)

@@ -158,11 +158,6 @@ SPEC_BREAKERS = {
         "(F6x6's input transform in bf16)",
     ),
     "xbits_invalid": (RtFusedSpec(extra={"xbits": 8}), "xbits 8: the input transform"),
-    "ybits_invalid": (RtFusedSpec(extra={"ybits": 8}), "ybits 8: the output transform"),
-    "fused_ybits_needs_held_fp16": (
-        RtFusedSpec(io="fp16", cchunk=32, extra={"ybits": 16}),
-        "ybits 16 runs the held schedule's output transform on M's fp16 pairs: the held schedule (hold 0)",
-    ),
     "fused_xbits_needs_scaled_fp16": (
         RtFusedSpec(io="bf16", extra={"xbits": 16}),
         "needs fp16 io (io bf16",
@@ -273,8 +268,6 @@ SPEC_REPAIRS = {
     "fused_tcx_needs_hold": dict(extra={}),
     "fused_tcx_inexact": dict(io="fp16"),
     "xbits_invalid": dict(extra={"xbits": 16}),
-    "ybits_invalid": dict(extra={"ybits": 16, "hold": 64}, io="fp16", cchunk=32, kblock=64),
-    "fused_ybits_needs_held_fp16": dict(extra={"ybits": 16, "hold": 64}, kblock=64),
     "fused_xbits_needs_scaled_fp16": dict(io="fp16"),
     "fused_hold_kblock": dict(kblock=64),
     "fused_hold_shape": dict(cchunk=32),

@@ -16,7 +16,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
-import math
 import operator
 import re
 import string
@@ -37,7 +36,7 @@ from .geometry import ceil_div, elems_one_image, lds_bytes
 from .problem import Problem
 from .specs import RtFusedSpec, RtInputSpec, RtOutputSpec, StageSpec
 from .vocab import TILES, Target, Tile, coerce
-from .winograd import ROW_GROWTH, growth, m_growth, matrices
+from .winograd import m_growth
 
 
 class Refused(Exception):
@@ -603,7 +602,6 @@ def _problem_ns(problem: Problem, params: dict[str, Any], tile: Tile | None = No
 
 #: V and U are rounded to 16 bits before the GEMM: each may round up by a factor 1 + 2^-11.
 _STORAGE_MARGIN = 1 + 2**-9
-_FP16_MAX = 65504.0  # fp16's largest finite value
 
 
 def m_per_channel(tile: Tile) -> float:
@@ -613,20 +611,6 @@ def m_per_channel(tile: Tile) -> float:
     finite value of every io dtype (subnormal and near-largest maxima included), with the 16-bit
     storage's rounding margin. |M| stays below C/G times this (the ``fp16_m_range`` rule)."""
     return float(m_growth(tile.mh, tile.mw)) * _STORAGE_MARGIN
-
-
-def y16_shift(tile: Tile, hold: int) -> int:
-    """ybits 16 (the held kernel's output transform on fp16 pairs): the s for which M x 2^-s
-    keeps every rounded value of both passes within fp16's largest finite value. First pass
-    (At_h on M's columns): a partial sum is at most growth(At_h) x max|M|, and |M| < hold x
-    m_per_channel (the ``fused_hold_m_range`` rule). Second pass (A_w on T = At_h M's rows): T
-    is the 1-D correlation along h of the data and filter transformed along w, so |T| <= 3 x
-    ROW_GROWTH[mw] per channel (|x ts|, |w fs| < 1), and a partial sum at most growth(At_w) x
-    that. F4x4 at hold 64: 1 (115 k over 65504 before the shift); F2x2: 0."""
-    out_h, out_w = matrices(tile.mh)[0], matrices(tile.mw)[0]
-    first = hold * m_per_channel(tile) * float(growth(out_h))
-    second = hold * 3 * float(ROW_GROWTH[tile.mw] * growth(out_w)) * _STORAGE_MARGIN
-    return max(0, math.ceil(math.log2(max(first, second) / _FP16_MAX)))
 
 
 # Checks ----------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ from ..fused import FusedBudget
 from ..kinds import kind_of
 from ..launch import stage_launch
 from ..problem import Problem
-from ..refusals import y16_shift
 from ..specs import RtFusedSpec, StageSpec
 from ..vocab import Activation, DType, K2Path, Prescale, Target
 from ..winograd import exact_bits, kron_bits
@@ -81,29 +80,15 @@ def _held_matrices(spec: StageSpec, budget: FusedBudget | None) -> dict[str, obj
     }
 
 
-def _pair_lines(spec: StageSpec, renderer) -> dict[str, object]:
-    """The transforms on fp16 pairs, ``win[k]`` the pair at position k: xbits 16 (KF, K2) the
-    input transform (fused2d.j2's pair_transform16, k2_input.j2's held LDS-rows window); ybits
-    16 (the held KF) the output transform, M's pairs first times 2^-y16_shift (``y16_scale``:
-    that power of two's fp16 pattern, None for 1)."""
+def _input_pair_lines(spec: StageSpec, renderer) -> list[str]:
+    """xbits 16 (KF, K2): the input transform on fp16 pairs, ``win[k]`` the pair at window
+    position k (fused2d.j2's pair_transform16, k2_input.j2's held LDS-rows window)."""
+    if getattr(spec, "xbits", 32) != 16:
+        return []
     tile = spec.tile
-    mats = tile_matrices(tile.mh, tile.mw)
-    window = lambda cols: lambda a, b: f"win[{a * cols + b} + v]"  # noqa: E731 - one channel's layout
-    out: dict[str, object] = {
-        "input_pair_lines": [],
-        "output_pair16_lines": [],
-        "y16_shift": 0,
-        "y16_scale": None,
-    }
-    if getattr(spec, "xbits", 32) == 16:
-        lines = apply_2d(*mats["input"], window(tile.aw), window(tile.aw), "t")
-        out["input_pair_lines"] = pair_lines(lines, renderer.pair_ops, fp16_bits)
-    if getattr(spec, "ybits", 32) == 16:
-        lines = apply_2d(*mats["output"], window(tile.aw), window(tile.mw), "t")
-        out["output_pair16_lines"] = pair_lines(lines, renderer.pair_ops, fp16_bits)
-        shift = out["y16_shift"] = y16_shift(tile, spec.hold)
-        out["y16_scale"] = f"0x{fp16_bits(2.0**-shift):04x}" if shift else None
-    return out
+    window = lambda a, b: f"win[{a * tile.aw + b} + v]"  # noqa: E731 - one channel's layout
+    lines = apply_2d(*tile_matrices(tile.mh, tile.mw)["input"], window, window, "t")
+    return pair_lines(lines, renderer.pair_ops, fp16_bits)
 
 
 def fp16_bits(value: float) -> int:
@@ -156,7 +141,7 @@ def render(
         block=spec.block,
         fused=budget,
         **_held_matrices(spec, budget),
-        **_pair_lines(spec, renderer),
+        input_pair_lines=_input_pair_lines(spec, renderer),
         io=spec.io,
         xdtype=getattr(spec, "xdtype", None),
         accdtype=getattr(spec, "accdtype", None),
