@@ -1,7 +1,8 @@
 """wino.torch on CPU tensors (the host target, the c cache): the wino::conv2d op against a
 float64 reference, its fake implementation (opcheck, torch.compile(fullgraph=True)), the Conv2d
-drop-in (torch path in training and with grad, U cached per weight version), convert(model)
-and the errors for inputs wino does not take."""
+drop-in (torch path in training and with grad, U cached per weight version), the ReLU fused
+into the kernel's epilogue (the op's activation, Conv2d(activation=), convert's Conv2d + ReLU
+pairs), convert(model) and the errors for inputs wino does not take."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from wino.pick import default_stage_specs  # noqa: E402
 from wino.problem import Problem  # noqa: E402
 from wino.runtime import conv2d_reference, dispatch, relative_error  # noqa: E402
 from wino.runtime.plan import Plan, default_tile  # noqa: E402
-from wino.vocab import DType, Epilogue  # noqa: E402
+from wino.vocab import Activation, DType, Epilogue  # noqa: E402
 
 #: (in, out, H, W, padding, dilation, groups, bias) of the layers the tests run.
 LAYERS = [
@@ -49,7 +50,7 @@ def root(tmp_path_factory):
     problems += [_problem(LAYERS[0], dtype) for dtype in (DType.FP16, DType.BF16)]
     specs = set()
     for p in problems:
-        for epilogue in (Epilogue.NONE, Epilogue.BIAS):  # a layer with a bias: the epilogue
+        for epilogue in Epilogue:  # a bias and / or a fused ReLU: the epilogue
             specs.update(default_stage_specs(p, default_tile(p), epilogue=epilogue).values())
     folder = tmp_path_factory.mktemp("torch-cache")
     host_cache.build(specs, folder)
@@ -185,6 +186,123 @@ def test_module_bias_goes_through_the_epilogue(root, monkeypatch):
     assert _error(y, _reference(x, conv)) <= _bound(layer, DType.FP32)
 
 
+# The fused ReLU -----------------------------------------------------------------------------------
+def _relu_reference(x, conv) -> np.ndarray:
+    return np.maximum(_reference(x, conv), 0.0)
+
+
+@pytest.mark.parametrize("layer", LAYERS[:2], ids=["bias", "no_bias"])
+def test_op_applies_the_relu_in_the_epilogue(root, layer, monkeypatch):
+    """activation="relu": relu(conv + bias) within the bound, no torch op after the kernel
+    (the plan's epilogue has the ReLU), every output clamped to exactly 0 where the
+    reference is clearly negative."""
+    conv, x = _conv(layer), _input(layer)
+    runs = []
+    real = Plan.run
+    monkeypatch.setattr(Plan, "run", lambda self, *a, **k: runs.append(self) or real(self, *a, **k))
+    monkeypatch.setattr(torch.Tensor, "relu_", lambda *a: pytest.fail("ReLU applied after"))
+    args = (x, conv.weight, conv.bias, list(conv.padding), list(conv.dilation), conv.groups)
+    y = torch.ops.wino.conv2d(*args, "relu")
+    ((plan,),) = [runs]
+    assert plan.epilogue is Epilogue.of(conv.bias is not None, Activation.RELU)
+    ref = _relu_reference(x, conv)
+    bound = _bound(layer, DType.FP32)
+    assert _error(y, ref) <= bound
+    pre = _reference(x, conv)
+    clearly = pre < -2 * bound * np.abs(pre).max()
+    assert clearly.any() and (y.detach().numpy()[clearly] == 0).all() and (y >= 0).all()
+
+
+def test_relu_follows_the_plain_plan_where_the_cache_has_no_relu_kernel(root, tmp_path):
+    """A cache without the ReLU epilogue kernels (built before them): the plain plan, then
+    torch's in-place ReLU (and bias add) on its output; the same values within the bound."""
+    layer = LAYERS[0]
+    conv, x = _conv(layer), _input(layer)
+    p = _problem(layer)
+    plain = set()
+    for epilogue in (Epilogue.NONE, Epilogue.BIAS):
+        plain.update(default_stage_specs(p, default_tile(p), epilogue=epilogue).values())
+    host_cache.build(plain, tmp_path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WINO_BUILD", str(tmp_path))
+        with torch.inference_mode():
+            y = wt.Conv2d.from_conv(conv, activation="relu")(x)
+    assert _error(y, _relu_reference(x, conv)) <= _bound(layer, DType.FP32)
+    assert (y >= 0).all()
+
+
+def test_module_activation_in_inference_and_with_torch(root):
+    """Conv2d(activation="relu") fuses the ReLU in inference; in training mode it runs
+    torch's conv then torch's ReLU; a bad activation names the argument."""
+    layer = LAYERS[0]
+    conv, x = _conv(layer), _input(layer)
+    module = wt.Conv2d.from_conv(conv, activation="relu")
+    assert "activation=relu" in repr(module) and module.weight is conv.weight
+    with torch.inference_mode():
+        y = module(x)
+    assert _error(y, _relu_reference(x, conv)) <= _bound(layer, DType.FP32)
+    expect = torch.relu(nn.functional.conv2d(x, conv.weight, conv.bias, 1, conv.padding))
+    module.train()
+    with torch.no_grad():
+        assert torch.equal(module(x), expect)
+    built = wt.Conv2d(8, 16, 3, padding=1, activation="relu")
+    assert built.activation == "relu"
+    with pytest.raises(ValueError, match=r"activation: 'gelu' is not one of \['none', 'relu'\]"):
+        wt.Conv2d(8, 16, 3, activation="gelu")
+    with pytest.raises(ValueError, match="activation: 'tanh' is not one of"):
+        torch.ops.wino.conv2d(x, conv.weight, conv.bias, [1, 1], [1, 1], 1, "tanh")
+
+
+def test_opcheck_with_the_relu(root):
+    layer = LAYERS[0]
+    conv, x = _conv(layer), _input(layer)
+    args = (x, conv.weight.detach(), conv.bias.detach(), [1, 1], [1, 1], 1, "relu")
+    torch.library.opcheck(torch.ops.wino.conv2d.default, args)
+
+
+class ReluNet(nn.Module):
+    """VGG's pattern (Conv2d, ReLU in a Sequential), a conv a ReLU follows but that another
+    path reuses, and a stride-2 conv before a ReLU (left to torch)."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Conv2d(8, 16, 3, padding=1)
+        self.shared = nn.Conv2d(16, 16, 3, padding=1)
+        self.features = nn.Sequential(
+            nn.Conv2d(8, 16, 3, padding=1),
+            nn.ReLU(inplace=True),
+            self.shared,
+            nn.ReLU(),
+            nn.Conv2d(16, 16, 3, stride=2, padding=1),
+            nn.ReLU(),
+        )
+
+    def forward(self, x):
+        return self.features(x) + self.shared(self.head(x))[:, :, ::2, ::2]
+
+
+def test_convert_fuses_a_conv_and_the_relu_after_it(net_cache):
+    torch.manual_seed(3)
+    net = ReluNet().eval()
+    x = _net_input()
+    with torch.inference_mode():
+        expect = net(x)
+    wt.convert(net)
+    first, relu = net.features[0], net.features[1]
+    assert isinstance(first, wt.Conv2d) and first.activation == "relu"
+    assert type(relu) is nn.Identity
+    # shared: reached by two paths, so its ReLU stays; stride 2: torch's conv, its ReLU stays
+    assert isinstance(net.shared, wt.Conv2d) and net.shared.activation == "none"
+    assert net.features[2] is net.shared and type(net.features[3]) is nn.ReLU
+    assert type(net.features[4]) is nn.Conv2d and type(net.features[5]) is nn.ReLU
+    with torch.inference_mode():
+        y = net(x)
+    assert (y - expect).abs().max().item() / expect.abs().max().item() < 1e-4
+    torch.manual_seed(3)
+    kept = wt.convert(ReluNet().eval(), fuse_relu=False)
+    assert type(kept.features[1]) is nn.ReLU and kept.features[0].activation == "none"
+
+
 def test_module_constructor_refuses_with_the_rule():
     with pytest.raises(wt_refused(), match="stride_not_1"):
         wt.Conv2d(8, 8, 3, stride=2)
@@ -252,7 +370,7 @@ def net_cache(root):
     body = Problem(N=N, C=16, H=10, W=10, K=16, pad_h=2, pad_w=0, dil_h=2, groups=4)
     specs = set()
     for p in (stem, body):
-        for epilogue in (Epilogue.NONE, Epilogue.BIAS):
+        for epilogue in Epilogue:
             specs.update(default_stage_specs(p, default_tile(p), epilogue=epilogue).values())
     host_cache.build(specs, root)
     return root

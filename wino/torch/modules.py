@@ -1,9 +1,10 @@
-"""``wino.torch.Conv2d`` (a drop-in for ``nn.Conv2d`` on 3x3 stride-1 layers) and
-``convert(model)``."""
+"""``wino.torch.Conv2d`` (a drop-in for ``nn.Conv2d`` on 3x3 stride-1 layers, optionally with
+the ReLU that follows it fused) and ``convert(model)``."""
 
 from __future__ import annotations
 
 import logging
+from itertools import pairwise
 
 import torch
 from torch import nn
@@ -71,16 +72,19 @@ def refusal(conv: nn.Module) -> tuple[str, str] | None:
 
 
 class Conv2d(nn.Conv2d):
-    """``nn.Conv2d`` run by wino: 3x3, stride 1, any padding, dilation, groups and bias.
+    """``nn.Conv2d`` run by wino: 3x3, stride 1, any padding, dilation, groups and bias, and
+    ``activation="relu"`` for the ReLU that follows it, applied in the last kernel's epilogue
+    with the bias (``convert`` fuses a Conv2d and the ReLU after it this way).
 
     Takes NCHW tensors in channels_last memory (the NHWC view, no copy) and returns NCHW in
     channels_last memory. The transformed filter is kept per weight version (an in-place
     update of the weight, e.g. ``load_state_dict``, makes a new one). Inference only: in
     training mode, or with grad enabled on an input or weight that requires grad, it runs
-    torch's convolution (run inference under ``torch.inference_mode()``)."""
+    torch's convolution (and ReLU; run inference under ``torch.inference_mode()``)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, activation: str = "none", **kwargs):
         super().__init__(*args, **kwargs)
+        self.activation = ops.activation_of(activation).value
         self._check()
 
     def _check(self) -> None:
@@ -89,30 +93,38 @@ class Conv2d(nn.Conv2d):
             raise Refused(*reason)
 
     @classmethod
-    def from_conv(cls, conv: nn.Conv2d) -> Conv2d:
-        """The wino module for ``conv``, sharing its parameters (no copy)."""
+    def from_conv(cls, conv: nn.Conv2d, activation: str = "none") -> Conv2d:
+        """The wino module for ``conv`` (then ``activation``: "none" or "relu"), sharing its
+        parameters (no copy)."""
         module = cls.__new__(cls)
         module.__dict__.update(conv.__dict__)
+        module.activation = ops.activation_of(activation).value
         module._check()
         return module
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + ", wino"
+        relu = ", activation=relu" if self.activation != "none" else ""
+        return super().extra_repr() + relu + ", wino"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         grad = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
         if self.training or grad:
-            return super().forward(x)
-        args = (x, self.weight, self.bias, list(_padding(self)), list(self.dilation), self.groups)
+            y = super().forward(x)
+            return torch.relu(y) if self.activation == "relu" else y
+        padding, dilation = list(_padding(self)), list(self.dilation)
+        args = (x, self.weight, self.bias, padding, dilation, self.groups, self.activation)
         if type(x) is torch.Tensor and not torch.compiler.is_compiling():
             return ops.run(*args)  # eager: the op's implementation without its wrapping
         return ops.conv2d(*args)  # traced (fake tensors under torch.compile): the op
 
 
-def convert(model: nn.Module) -> nn.Module:
+def convert(model: nn.Module, fuse_relu: bool = True) -> nn.Module:
     """Swap every eligible ``nn.Conv2d`` of ``model`` (in place) for ``wino.torch.Conv2d``,
     sharing its parameters; each layer left to torch is named once, with its rule id, on the
-    ``wino.torch`` logger. Returns ``model`` (or the new module when ``model`` is a conv)."""
+    ``wino.torch`` logger. With ``fuse_relu``, an eligible conv that an ``nn.ReLU`` follows in
+    an ``nn.Sequential`` (and that appears nowhere else in the model) takes the ReLU into its
+    epilogue (``activation="relu"``) and the ReLU becomes an ``nn.Identity``. Returns
+    ``model`` (or the new module when ``model`` is a conv)."""
     swapped: dict[int, nn.Module] = {}  # a conv shared by several parents stays shared
 
     def swap(conv: nn.Conv2d, label: str) -> nn.Module:
@@ -125,9 +137,34 @@ def convert(model: nn.Module) -> nn.Module:
 
     if type(model) is nn.Conv2d:
         return swap(model, type(model).__name__)
+    if fuse_relu:
+        _fuse_relus(model)
     for name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
             if type(child) is nn.Conv2d:
                 label = f"{name}.{child_name}" if name else child_name
                 setattr(parent, child_name, swap(child, label))
     return model
+
+
+def _fuse_relus(model: nn.Module) -> None:
+    """Each (eligible nn.Conv2d, nn.ReLU) pair of consecutive children of an nn.Sequential,
+    the conv reachable by no other path of the model: the conv becomes
+    Conv2d(activation="relu"), the ReLU an nn.Identity."""
+    uses: dict[int, int] = {}
+    for _, module in model.named_modules(remove_duplicate=False):  # every path to a module
+        uses[id(module)] = uses.get(id(module), 0) + 1
+    for parent in list(model.modules()):
+        if type(parent) is not nn.Sequential:
+            continue
+        names = [name for name, _ in parent.named_children()]
+        for first, second in pairwise(names):
+            conv, relu = getattr(parent, first), getattr(parent, second)
+            if (
+                type(conv) is nn.Conv2d
+                and type(relu) is nn.ReLU
+                and uses[id(conv)] == 1
+                and refusal(conv) is None
+            ):
+                setattr(parent, first, Conv2d.from_conv(conv, activation="relu"))
+                setattr(parent, second, nn.Identity())

@@ -3,10 +3,11 @@ view of channels_last tensors, and a fake one (shapes and strides only) for torc
 
 The real implementation dispatches (plans are cached by wino.dispatch), transforms the filter
 once per weight version (the (U, fs) pair is kept on the weight tensor itself, so it lives and
-dies with it) and adds the bias in the last kernel's epilogue (fp32, before y's conversion).
-A tile whose kernels have no bias epilogue (``epilogue_not_in_grid``) runs without it and adds
-the bias with one in-place torch op. A problem wino refuses (its rule id is logged once) runs
-torch's convolution instead.
+dies with it) and applies the bias and the activation ("relu": a ReLU fused after the conv) in
+the last kernel's epilogue (fp32, before y's conversion). A tile whose kernels have no such
+epilogue (``epilogue_not_in_grid``) runs without it and adds the bias / applies the ReLU with
+in-place torch ops. A problem wino refuses (its rule id is logged once) runs torch's
+convolution (and ReLU) instead.
 """
 
 import logging
@@ -18,7 +19,7 @@ from ..problem import Problem
 from ..refusals import Refused
 from ..runtime.arrays import dtype_of
 from ..runtime.plan import dispatch
-from ..vocab import Epilogue, Stage, Target
+from ..vocab import Activation, Epilogue, Stage, Target, coerce
 
 log = logging.getLogger("wino.torch")
 
@@ -106,13 +107,20 @@ def filters(plan, weight: Tensor):
     return U
 
 
-def _refused(x, weight, bias, padding, dilation, groups, err: Refused) -> Tensor:
+def _refused(x, weight, bias, padding, dilation, groups, relu: bool, err: Refused) -> Tensor:
     key = (err.rule, f"{tuple(x.shape)} {tuple(weight.shape)}")
     if key not in _LOGGED:
         _LOGGED.add(key)
         log.warning("wino refuses %s (rule %s), running torch's conv2d: %s", key[1], key[0], err)
     y = torch.nn.functional.conv2d(x, weight, bias, 1, tuple(padding), tuple(dilation), groups)
-    return y.contiguous(memory_format=torch.channels_last)
+    y = y.contiguous(memory_format=torch.channels_last)
+    return y.relu_() if relu else y
+
+
+def activation_of(activation: str) -> Activation:
+    """The op's ``activation`` argument ("none" or "relu") as an Activation (ValueError naming
+    the argument and the values otherwise)."""
+    return coerce(Activation, activation, "activation")
 
 
 def run(
@@ -122,14 +130,17 @@ def run(
     padding: list[int],
     dilation: list[int],
     groups: int,
+    activation: str = "none",
 ) -> Tensor:
-    """y = conv2d(x, weight) + bias, 3x3, stride 1; x NCHW in channels_last memory, y too."""
+    """y = act(conv2d(x, weight) + bias), 3x3, stride 1, act "none" or "relu"; x NCHW in
+    channels_last memory, y too."""
     check(x, weight, bias, groups)
+    act = activation_of(activation)
     try:
         problem = problem_of(x, weight, padding, dilation, groups)
-        plan = _plan(problem, x, bias)
+        plan = _plan(problem, x, bias, act)
     except Refused as err:
-        return _refused(x, weight, bias, padding, dilation, groups, err)
+        return _refused(x, weight, bias, padding, dilation, groups, act is Activation.RELU, err)
     y = torch.empty(
         output_size(x, weight, padding, dilation),
         dtype=x.dtype,
@@ -145,6 +156,8 @@ def run(
     )
     if bias is not None and fused_bias is None:
         y.add_(bias.view(1, -1, 1, 1))
+    if act is not plan.epilogue.activation:  # the plain plan: the ReLU after it
+        y.relu_()
     return y
 
 
@@ -153,13 +166,14 @@ def run(
 conv2d = torch.library.custom_op("wino::conv2d", mutates_args=())(run)
 
 
-def _plan(problem: Problem, x: Tensor, bias: Tensor | None):
-    """The plan with the bias epilogue when there is a bias and the grid has it for the
-    problem's tile, else the plain plan (the bias is then added after it)."""
+def _plan(problem: Problem, x: Tensor, bias: Tensor | None, act: Activation):
+    """The plan with the epilogue of the bias and activation when there is one and the grid
+    has it for the problem's tile, else the plain plan (the bias and ReLU then follow it)."""
     target = Target.CUDA if x.is_cuda else Target.C
-    if bias is not None:
+    epilogue = Epilogue.of(bias is not None, act)
+    if epilogue is not Epilogue.NONE:
         try:
-            return dispatch(problem, target=target, epilogue=Epilogue.BIAS)
+            return dispatch(problem, target=target, epilogue=epilogue)
         except Refused as err:
             if err.rule != "epilogue_not_in_grid":
                 raise
@@ -169,7 +183,7 @@ def _plan(problem: Problem, x: Tensor, bias: Tensor | None):
 
 
 @conv2d.register_fake
-def _(x, weight, bias, padding, dilation, groups):
+def _(x, weight, bias, padding, dilation, groups, activation="none"):
     return torch.empty(
         output_size(x, weight, padding, dilation),
         dtype=x.dtype,
