@@ -81,8 +81,9 @@ def per_layer(model, x) -> list[dict]:
     rows = []
     for name, (mod, inp) in seen.items():
 
-        def cudnn(t, mod=mod):
-            return F.conv2d(t, mod.weight, mod.bias, 1, mod.padding, mod.dilation, mod.groups)
+        def cudnn(t, mod=mod):  # the layer as torch runs it: the conv, then its ReLU if fused
+            y = F.conv2d(t, mod.weight, mod.bias, 1, mod.padding, mod.dilation, mod.groups)
+            return F.relu(y) if mod.activation == "relu" else y
 
         replay_c, out_c = graphed(cudnn, inp)
         replay_w, out_w = graphed(mod, inp)
@@ -119,7 +120,18 @@ def end_to_end(model, wmodel, x, compile_: bool) -> dict:
     return times
 
 
-def run_model(name: str, batch: int, compile_: bool) -> dict:
+def relu_after(model, x) -> dict:
+    """The converted model with each ReLU left as torch's own pass (convert(fuse_relu=False)),
+    eager and graphed: what fusing the ReLUs into the epilogue saves."""
+    plain = wt.convert(copy.deepcopy(model), fuse_relu=False)
+    replay, _ = graphed(plain, x.clone())
+    return {
+        "wino eager, ReLU after": gpu_ms(lambda: plain(x)),
+        "wino graph, ReLU after": gpu_ms(replay),
+    }
+
+
+def run_model(name: str, batch: int, compile_: bool, compare_relu: bool = False) -> dict:
     torch.manual_seed(0)
     model = MODELS[name](weights=None).cuda().half().eval()
     model = model.to(memory_format=torch.channels_last)
@@ -127,16 +139,19 @@ def run_model(name: str, batch: int, compile_: bool) -> dict:
     x = x.contiguous(memory_format=torch.channels_last)
     wmodel = wt.convert(copy.deepcopy(model))
     converted = sum(isinstance(m, wt.Conv2d) for m in wmodel.modules())
+    fused = sum(isinstance(m, wt.Conv2d) and m.activation == "relu" for m in wmodel.modules())
     total = sum(isinstance(m, torch.nn.Conv2d) for m in wmodel.modules())
     with torch.inference_mode():
         ref = model(x)
         out = wmodel(x)
         layers = per_layer(wmodel, x)
         times = end_to_end(model, wmodel, x, compile_)
+        if compare_relu:
+            times.update(relu_after(model, x))
     return {
         "model": name,
         "batch": batch,
-        "converted": f"{converted} of {total} convolutions",
+        "converted": f"{converted} of {total} convolutions ({fused} with their ReLU fused)",
         "rel_error": rel_error(out, ref),
         "layer_bound_fp16_F4x4": bound_for("F4x4", "fp16"),
         "top1_agree": (out.argmax(1) == ref.argmax(1)).float().mean().item(),
@@ -173,12 +188,17 @@ def main() -> None:
     parser.add_argument("--models", default="resnet50,vgg16")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument(
+        "--compare-relu",
+        action="store_true",
+        help="also time the converted model with its ReLUs left to torch (fuse_relu=False)",
+    )
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     results, failed = [], False
     for name in args.models.split(","):
         try:
-            results.append(run_model(name, args.batch, args.compile))
+            results.append(run_model(name, args.batch, args.compile, args.compare_relu))
         except Exception:  # noqa: BLE001 - report it, run the next model
             traceback.print_exc()
             failed = True

@@ -117,8 +117,9 @@ def build(contains: str = "") -> None:
             problem = _layer(fields, dtype)
             for epilogue in Epilogue:
                 tile = default_tile(problem)
-                specs.update(default_fused_specs(problem, tile, epilogue=epilogue).values())
-                specs.update(default_stage_specs(problem, tile, epilogue=epilogue).values())
+                picks = dict(epilogue=epilogue, target=Target.CUDA)
+                specs.update(default_fused_specs(problem, tile, **picks).values())
+                specs.update(default_stage_specs(problem, tile, **picks).values())
             specs.update(_pipeline(_chunked_bias_relu(problem), problem).values())
     sanitized = _problem(DType.FP16, C=48, K=39, H=9, W=10)
     for spec in FUSED:
