@@ -202,7 +202,7 @@ def test_the_default_fused_pick_keeps_its_kernel_with_an_epilogue(dtype, epilogu
     """A bias / ReLU layer runs the fused kernel a plain one runs, with the epilogue: on the
     C = K = 64 layers grids/algorithms.yaml sends to the fused plan (fused_held_c64), the held
     kernel, not the chunked one (which the pick fell back to while the held schedule had no
-    epilogue: 2.3x slower on VGG-16 conv1_2, docs/FUSED.md)."""
+    epilogue: 2.2-2.7x slower on the C = 64 layers, H100, docs/FUSED.md)."""
     for tile, hw in [(Tile(4, 4), 224), (Tile(2, 2), 14)]:
         problem = Problem(N=16, C=64, H=hw, W=hw, K=64, pad_h=1, pad_w=1, dtype=dtype)
         plain = default_fused_specs(problem, tile, target=Target.CUDA)
