@@ -120,10 +120,10 @@ def end_to_end(model, wmodel, x, compile_: bool) -> dict:
     return times
 
 
-def relu_after(model, x) -> dict:
-    """The converted model with each ReLU left as torch's own pass (convert(fuse_relu=False)),
-    eager and graphed: what fusing the ReLUs into the epilogue saves."""
-    plain = wt.convert(copy.deepcopy(model), fuse_relu=False)
+def relu_after(plain, x) -> dict:
+    """``plain``, the model converted with each ReLU left as torch's own pass
+    (convert(fuse_relu=False)), eager and graphed: what fusing the ReLUs into the epilogue
+    saves."""
     replay, _ = graphed(plain, x.clone())
     return {
         "wino eager, ReLU after": gpu_ms(lambda: plain(x)),
@@ -138,6 +138,7 @@ def run_model(name: str, batch: int, compile_: bool, compare_relu: bool = False)
     x = torch.randn(batch, 3, 224, 224, device="cuda").half()
     x = x.contiguous(memory_format=torch.channels_last)
     wmodel = wt.convert(copy.deepcopy(model))
+    plain = wt.convert(copy.deepcopy(model), fuse_relu=False) if compare_relu else None
     converted = sum(isinstance(m, wt.Conv2d) for m in wmodel.modules())
     fused = sum(isinstance(m, wt.Conv2d) and m.activation == "relu" for m in wmodel.modules())
     total = sum(isinstance(m, torch.nn.Conv2d) for m in wmodel.modules())
@@ -147,7 +148,7 @@ def run_model(name: str, batch: int, compile_: bool, compare_relu: bool = False)
         layers = per_layer(wmodel, x)
         times = end_to_end(model, wmodel, x, compile_)
         if compare_relu:
-            times.update(relu_after(model, x))
+            times.update(relu_after(plain, x))
     return {
         "model": name,
         "batch": batch,

@@ -341,6 +341,32 @@ def test_U_is_cached_per_weight_version(root, monkeypatch):
     assert _error(second, _reference(x, conv)) <= _bound(layer, DType.FP32)
 
 
+def test_weights_made_under_inference_mode_transform_every_call(root, monkeypatch, caplog):
+    """A weight that is an inference tensor (the model copied under torch.inference_mode)
+    tracks no version: the filter is transformed on every call (so an in-place update is
+    seen), logged once; the output within the bound."""
+    layer = LAYERS[0]
+    x = _input(layer)
+    with torch.inference_mode():
+        conv = _conv(layer)
+        conv.weight = nn.Parameter(conv.weight.detach().clone(), requires_grad=False)
+    assert conv.weight.is_inference()
+    module = wt.Conv2d.from_conv(conv)
+    calls = []
+    real = Plan.transform_filter
+    monkeypatch.setattr(
+        Plan, "transform_filter", lambda self, *a, **k: calls.append(1) or real(self, *a, **k)
+    )
+    with caplog.at_level(logging.WARNING, logger="wino.torch"), torch.inference_mode():
+        first = module(x)
+        conv.weight.mul_(-1.0)  # in place, in inference mode: no version to see it by
+        second = module(x)
+    assert len(calls) == 2
+    assert sum("inference tensor" in r.getMessage() for r in caplog.records) <= 1
+    assert _error(first, _reference(x, conv)) > 0.5  # the weight changed sign since
+    assert _error(second, _reference(x, conv)) <= _bound(layer, DType.FP32)
+
+
 # convert ---------------------------------------------------------------------------------------
 class Net(nn.Module):
     def __init__(self):

@@ -91,7 +91,19 @@ def problem_of(x: Tensor, weight: Tensor, padding, dilation, groups: int) -> Pro
 
 
 def filters(plan, weight: Tensor):
-    """(U, fs) of ``weight`` for ``plan``: transformed once per weight version."""
+    """(U, fs) of ``weight`` for ``plan``: transformed once per weight version. An inference
+    tensor (a weight made under ``torch.inference_mode``) has no version counter, so an
+    in-place update could not be seen: its filter is transformed on every call (logged once,
+    with the way to cache it)."""
+    if weight.is_inference():
+        if ("inference_weight", "") not in _LOGGED:
+            _LOGGED.add(("inference_weight", ""))
+            log.warning(
+                "wino.torch: a weight is an inference tensor (made under torch.inference_mode), "
+                "which tracks no version, so its filter is transformed on every call; create "
+                "or load the model outside inference_mode to cache it"
+            )
+        return plan.transform_filter(weight.detach().permute(0, 2, 3, 1).contiguous())
     name = plan.specs[Stage.FILTER].name  # the filter transform decides U
     cached = getattr(weight, _U_ATTR, None)
     if cached is None:
