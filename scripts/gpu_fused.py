@@ -57,7 +57,8 @@ SHAPES = [
 
 #: Public layers (fp16, NHWC): VGG-16 conv1_2, ResNet conv2_x, a 64-channel 112x112 layer
 #: (between the two: where the fused / unfused crossover lies), VGG-16 conv2_2, a 128-channel
-#: 56x56 layer (VGG-16 conv3 width at ResNet's 56x56), VGG-16 conv3_2.
+#: 56x56 layer (VGG-16 conv3 width at ResNet's 56x56), VGG-16 conv3_2; then the first layer of
+#: VGG-16 (C = 3: RGB in) and a 32-channel one (C/G under the held kernel's 64).
 LAYERS = [
     ("vgg16_conv1_2", dict(N=16, C=64, H=224, W=224, K=64)),
     ("resnet_conv2_x", dict(N=32, C=64, H=56, W=56, K=64)),
@@ -65,6 +66,8 @@ LAYERS = [
     ("vgg16_conv2_2", dict(N=16, C=128, H=112, W=112, K=128)),
     ("c128_56x56", dict(N=32, C=128, H=56, W=56, K=128)),
     ("vgg16_conv3_2", dict(N=16, C=256, H=56, W=56, K=256)),
+    ("vgg16_conv1_1", dict(N=16, C=3, H=224, W=224, K=64)),
+    ("c32_112x112", dict(N=16, C=32, H=112, W=112, K=64)),
 ]
 
 COPY_BYTES_PER_S = 4.27e12  # measured on the H200 (DESIGN.md)
