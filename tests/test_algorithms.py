@@ -65,12 +65,14 @@ def _kind_line(plan) -> str:
 
 
 def _held_fused_wins(p: Problem) -> bool:
-    """Where the H200 measured the held fused kernel faster (docs/FUSED.md): 16-bit io,
-    ungrouped, C = K = 64, outputs of at least 56x56."""
+    """Where the held fused kernel was measured faster (docs/FUSED.md; H200 at C = 64, H100 at
+    C = 32 and 64): 16-bit io, ungrouped, 16 <= C <= 64 (its fp16 M's error bound below 16, its
+    hold above 64), K = 64, outputs of at least 56x56."""
     return (
         p.dtype is not DType.FP32
         and p.groups == 1
-        and p.C == p.K == 64
+        and 16 <= p.C <= 64
+        and p.K == 64
         and (p.Ho * p.Wo >= 56 * 56)
     )
 
@@ -90,8 +92,10 @@ def test_the_shipped_rules_pick_fused_only_where_it_was_measured_faster(root, pu
             chosen += expected is Algorithm.FUSED
     assert chosen == 2 * sum(p.C == p.K == 64 and p.H >= 56 for p in public_problems) == 4
     big = dataclasses.replace(FP16, H=56, W=56, C=64, K=64)
-    assert algorithms.choose(big).algorithm is Algorithm.FUSED
-    for other in (dict(C=32), dict(K=128), dict(H=55), dict(dtype=DType.FP32), dict(groups=2)):
+    for inside in (dict(C=32), dict(C=16), dict(dtype=DType.BF16)):
+        assert algorithms.choose(dataclasses.replace(big, **inside)).algorithm is Algorithm.FUSED
+    outside = (dict(C=3), dict(C=15), dict(C=65), dict(K=128), dict(H=55))
+    for other in (*outside, dict(dtype=DType.FP32), dict(groups=2)):
         assert algorithms.choose(dataclasses.replace(big, **other)).algorithm is Algorithm.UNFUSED
 
 

@@ -60,8 +60,10 @@ def _every_tile_specs():
 
 
 def _problem_for(spec) -> Problem:
-    # M in fp16 needs C/G >= 16 (the fp16_m_few_channels rule): C 48 over the 3 groups
-    wide = {"C": 48} if getattr(spec, "accdtype", None) is DType.FP16 else {}
+    # M in fp16 (K4's or the held kernel's) needs C/G >= 16 (the fp16_m_few_channels and
+    # fused_hold_few_channels rules): C 48 over the 3 groups
+    fp16_m = getattr(spec, "accdtype", None) is DType.FP16 or getattr(spec, "hold", 0)
+    wide = {"C": 48} if fp16_m else {}
     if getattr(spec, "vec", 8) == 1:
         return _problem(spec.io, K=21, **wide)  # K/G = 7: only vec 1 fits
     return _problem(spec.io, **wide)
@@ -77,7 +79,7 @@ HELD_EPILOGUE = tuple(s for s in GRID_EPILOGUE if getattr(s, "hold", 0))
 
 
 def _odd_k_problem(spec) -> Problem:
-    return _problem(spec.io, K=21)
+    return _problem(spec.io, K=21, C=48)
 
 
 @pytest.fixture(scope="session")
@@ -200,7 +202,7 @@ def test_held_mma_output_transform_applies_the_epilogue(tmp_path):
 @pytest.mark.parametrize("dtype", [DType.FP16, DType.BF16], ids=lambda d: d.short)
 def test_the_default_fused_pick_keeps_its_kernel_with_an_epilogue(dtype, epilogue):
     """A bias / ReLU layer runs the fused kernel a plain one runs, with the epilogue: on the
-    C = K = 64 layers grids/algorithms.yaml sends to the fused plan (fused_held_c64), the held
+    C = K = 64 layers grids/algorithms.yaml sends to the fused plan (fused_held), the held
     kernel, not the chunked one (which the pick fell back to while the held schedule had no
     epilogue: 2.2-2.7x slower on the C = 64 layers, H100, docs/FUSED.md)."""
     for tile, hw in [(Tile(4, 4), 224), (Tile(2, 2), 14)]:

@@ -1,7 +1,7 @@
 """The held fused kernel on the GPU (H200, sm_90): every held grid spec against float64 on an
 odd shape (C/G % 8 != 0: U's element loads), an aligned one (16-byte B loads, two channel
 blocks) and a grouped one, with y NaN-poisoned (an unwritten output makes the error NaN); the
-shipped crossover rule (grids/algorithms.yaml, fused_held_c64) routes a C = K = 64, 112x112
+shipped crossover rule (grids/algorithms.yaml, fused_held) routes a C = K = 64, 112x112
 problem to it. Skipped where CuPy, a CUDA device or nvcc is missing."""
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def test_the_crossover_rule_runs_the_held_kernel(fused_cache, dtype):
     problem = dataclasses.replace(BIG, dtype=dtype)
     plan, error, _ = _run(problem, fused_cache)
     assert plan.kind == "fused2d_rt" and "_h64" in plan.steps[-1].name  # the default held pick
-    assert "rule fused_held_c64" in plan.explain()
+    assert "rule fused_held" in plan.explain()
     assert 0 < error <= bound_for(plan.specs[Stage.FUSED].tile, dtype, DType.FP16)
 
 

@@ -368,6 +368,11 @@ FIT_BREAKERS = {
         Problem(**{**_FIT, "N": 1, "H": 3, "W": 3, "C": 65536, "K": 65536, "groups": 65536}),
         "the fused kernel needs 65536 (group, channel block) workgroups along y",
     ),
+    "fused_hold_few_channels": (
+        RtFusedSpec(tiles=32, kblock=64, cchunk=32, warps=12, extra={"hold": 64}),
+        Problem(**{**_FIT, "C": 3}),
+        "stores M in fp16: with C/G = 3 < 16 an output sums too few products",
+    ),
     "fused_hold_channels": (
         RtFusedSpec(tiles=32, kblock=64, cchunk=32, warps=12, extra={"hold": 64}),
         Problem(**{**_FIT, "C": 96}),
