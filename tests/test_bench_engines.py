@@ -174,3 +174,33 @@ def test_fused_pipelines_carry_k2a_exactly_for_the_split_prescale():
     assert {Prescale.SPLIT, Prescale.FUSED} <= kinds
     for p in pipelines:
         assert (Stage.PRESCALE in p) == (p[Stage.FUSED].prescale is Prescale.SPLIT), p
+
+
+def test_a_new_workspace_is_filled_before_a_stage_is_timed(root):
+    """The prober's workspace grows for a probe that needs more (K3 and K4 with fp32 M after
+    fp16 M's): the stages before the timed one run once into the new workspace first, so K3
+    reads the V and U that K2 and K1 wrote, not the new allocation's bytes (here fp16 infinity
+    in every half-word: without the fill, M comes out inf / NaN)."""
+    import numpy as np
+
+    from wino.bench.device import open_device
+    from wino.bench.select import Prober
+    from wino.runtime import dispatch
+    from wino.vocab import Stage
+
+    device = open_device(Target.C, root)
+    problem = Problem.from_miopen(CASE)
+    poisoned = device.workspace
+
+    def inf_filled(nbytes):
+        ws = poisoned(nbytes)
+        ws.view(np.uint8)[...] = 0
+        ws.view(np.uint8)[1::2] = 0x7C  # 0x7C00: fp16 +inf
+        return ws
+
+    device.workspace = inf_filled
+    prober = Prober(device, problem, device.operands(problem), root)
+    plan = dispatch(problem, target=Target.C, tile=TILE, cache_root=root)
+    assert prober.time_stage(plan, Stage.GEMM) > 0
+    m = device.backend.workspace(plan, prober.workspace(plan), plan.batch_split)["M"]
+    assert np.isfinite(m.astype(np.float32)).all()

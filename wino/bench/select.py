@@ -5,7 +5,9 @@ Stages are chosen in pipeline order, so every stage reads data its predecessor r
 split prescale); K2, a split one costing its K2a too; K3 and K4 together (per M dtype). A
 candidate is timed alone, inside a probe pipeline that is the choices so far plus the
 candidate, dispatched with ``specs=`` over one workspace shared by the family (its layout is
-the same for every probe of a family).
+the same for every probe of a family). Where a probe needs a larger workspace (K3 and K4 with
+fp32 M after fp16 M's), the new one is filled by the probe's earlier stages before its stage
+is timed.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Prober:
         self.device, self.problem, self.operands = device, problem, operands
         self.cache_root = cache_root
         self._workspace, self._bytes = None, -1
+        self._fresh = False  # a workspace no stage has written yet
 
     def plan(self, specs: dict[Stage, StageSpec]) -> Plan:
         return dispatch(
@@ -42,6 +45,7 @@ class Prober:
         if plan.workspace_bytes > self._bytes:
             self._workspace = self.device.workspace(plan.workspace_bytes)
             self._bytes = plan.workspace_bytes
+            self._fresh = True
         return self._workspace
 
     def release(self) -> None:
@@ -51,7 +55,12 @@ class Prober:
     def time_stage(self, plan: Plan, stage: Stage, final: bool = False) -> float:
         backend, ws = self.device.backend, self.workspace(plan)
         stages.load(plan, backend)
-        calls = [stages.issuers(plan, backend, *raw, ws)[stage] for raw in self.operands.raw]
+        issuers = [stages.issuers(plan, backend, *raw, ws) for raw in self.operands.raw]
+        if self._fresh:  # a new workspace: the stages before this one write what it reads
+            self._fresh = False
+            for earlier in stages.before(issuers[-1], stage):
+                earlier()
+        calls = [issue[stage] for issue in issuers]
         return self.device.timer(final).time_us(lambda s: calls[s](), self.operands.sets)
 
     def time(self, specs: dict[Stage, StageSpec], stage: Stage) -> float:

@@ -45,6 +45,12 @@ def issuers(plan: Plan, backend, x, w, y, workspace) -> dict[Stage, Callable[[],
     return out
 
 
+def before(issuers: dict[Stage, Callable[[], None]], stage: Stage) -> list[Callable[[], None]]:
+    """The issuers of the stages that run before ``stage`` (``issuers`` is in pipeline order)."""
+    order = list(issuers)
+    return [issuers[s] for s in order[: order.index(stage)]] if stage in issuers else []
+
+
 def load(plan: Plan, backend) -> None:
     """Load every binary of the plan (module loads stay out of the timings)."""
     for step in plan.steps:
