@@ -118,8 +118,8 @@ def build(contains: str = "") -> None:
     for _, fields in LAYERS[:3]:  # the C = K = 64 layers: the epilogue step's plans
         for dtype in (DType.FP16, DType.BF16):
             problem = _layer(fields, dtype)
+            tile = default_tile(problem)
             for epilogue in Epilogue:
-                tile = default_tile(problem)
                 picks = dict(epilogue=epilogue, target=Target.CUDA)
                 specs.update(default_fused_specs(problem, tile, **picks).values())
                 specs.update(default_stage_specs(problem, tile, **picks).values())
@@ -240,6 +240,11 @@ def _timed_plan(plan, xt, wt, timer, bias=None):
     ), y
 
 
+def _max_relative_error(y, ref) -> float:
+    """max |y - ref| / max |ref| (torch tensors, y in a 16-bit dtype)."""
+    return float((y.float() - ref).abs().max() / ref.abs().max())
+
+
 def _cudnn_issue(torch, xt, wt):
     """conv2d on channels_last NCHW views of the NHWC / KRSC tensors (cuDNN's NHWC kernels)."""
     xc, wc = xt.permute(0, 3, 1, 2), wt.permute(0, 3, 1, 2)
@@ -279,7 +284,7 @@ def time_layers(dtype_name: str = "fp16", contains: str = "") -> None:
         for spec in specs:
             plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
             t, y = _timed_plan(plan, xt, wt, timer)
-            err = float((y.float() - ref).abs().max() / ref.abs().max())
+            err = _max_relative_error(y, ref)
             print(f"#   {label} {spec.name}: {t:.1f} us, error {err:.1e}")
             if best is None or t < best[0]:
                 best = (t, spec, err)
@@ -347,11 +352,7 @@ def epilogue(dtype_name: str = "fp16") -> None:
         ]  # fmt: skip
         for name, plan, b in plans:
             t, y = _timed_plan(plan, xt, wt, timer, bias=b)
-            err = (
-                f"{float((y.float() - ref).abs().max() / ref.abs().max()):.1e} ({bound:.0e})"
-                if b is not None
-                else "-"
-            )
+            err = f"{_max_relative_error(y, ref):.1e} ({bound:.0e})" if b is not None else "-"
             print(f"{label} {problem.label()} | {name} | {t:.1f} | {err} | {plan.steps[-1].name}")
         t = ttimer.time_us(
             lambda s, xc=xc, wc=wc, b=bias: torch.relu(torch.nn.functional.conv2d(xc, wc, b, 1, 1))
@@ -388,14 +389,10 @@ def sanitize(contains: str = "") -> None:
         problem = _problem(spec.io, C=48, K=39 if spec.epilogue.bias else 40, H=9, W=10)
         plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
         _, _, xt, wt = _device_inputs(problem, "sanitize")
-        bias = None
-        if spec.epilogue.bias:
-            import torch
-
-            bias = torch.randn(problem.K, device="cuda").to(xt.dtype)
-        _run_poisoned(plan, xt, wt, bias)
         import torch
 
+        bias = torch.randn(problem.K, device="cuda").to(xt.dtype) if spec.epilogue.bias else None
+        _run_poisoned(plan, xt, wt, bias)
         torch.cuda.synchronize()
         print(f"sanitize: ran {spec.name} on {problem.label()}")
 

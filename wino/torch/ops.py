@@ -90,6 +90,11 @@ def problem_of(x: Tensor, weight: Tensor, padding, dilation, groups: int) -> Pro
     return problem
 
 
+def _transformed(plan, weight: Tensor):
+    """(U, fs) of ``weight`` for ``plan``, from its [K][3][3][C/G] view."""
+    return plan.transform_filter(weight.detach().permute(0, 2, 3, 1).contiguous())
+
+
 def filters(plan, weight: Tensor):
     """(U, fs) of ``weight`` for ``plan``: transformed once per weight version. An inference
     tensor (a weight made under ``torch.inference_mode``) has no version counter, so an
@@ -103,7 +108,7 @@ def filters(plan, weight: Tensor):
                 "which tracks no version, so its filter is transformed on every call; create "
                 "or load the model outside inference_mode to cache it"
             )
-        return plan.transform_filter(weight.detach().permute(0, 2, 3, 1).contiguous())
+        return _transformed(plan, weight)
     name = plan.specs[Stage.FILTER].name  # the filter transform decides U
     cached = getattr(weight, _U_ATTR, None)
     if cached is None:
@@ -113,8 +118,7 @@ def filters(plan, weight: Tensor):
     hit = cached.get(name)
     if hit is not None and hit[0] == key:
         return hit[1]
-    krsc = weight.detach().permute(0, 2, 3, 1).contiguous()  # [K][3][3][C/G]
-    U = plan.transform_filter(krsc)
+    U = _transformed(plan, weight)
     cached[name] = (key, U)
     return U
 
