@@ -1,7 +1,7 @@
 """The fused kernel (KF, plan kind fused2d_rt) on an H200: build, check, time, sanitize.
 
     python3 scripts/gpu_fused.py build [PART]  # the CUDA cache this script needs (the KF specs
-                                               # named *PART*), into $WINO_BUILD
+                                               # named *PART*; PART,PART: either; PART$: ending), into $WINO_BUILD
     python3 scripts/gpu_fused.py check     # every grid KF spec on CUDA against float64
     python3 scripts/gpu_fused.py time [fp16|bf16] [PART]  # fused (specs named *PART*) vs unfused
                                                           # vs cuDNN on public layers
@@ -58,7 +58,9 @@ SHAPES = [
 #: Public layers (fp16, NHWC): VGG-16 conv1_2, ResNet conv2_x, a 64-channel 112x112 layer
 #: (between the two: where the fused / unfused crossover lies), VGG-16 conv2_2, a 128-channel
 #: 56x56 layer (VGG-16 conv3 width at ResNet's 56x56), VGG-16 conv3_2; then the first layer of
-#: VGG-16 (C = 3: RGB in) and a 32-channel one (C/G under the held kernel's 64).
+#: VGG-16 (C = 3: RGB in) and a 32-channel one (C/G under the held kernel's 64); then three
+#: more public layers: C 64 -> K 128 at 112x112, C = K = 128 at 28x28 (N 64), C 128 -> K 256
+#: at 56x56.
 LAYERS = [
     ("vgg16_conv1_2", dict(N=16, C=64, H=224, W=224, K=64)),
     ("resnet_conv2_x", dict(N=32, C=64, H=56, W=56, K=64)),
@@ -68,11 +70,23 @@ LAYERS = [
     ("vgg16_conv3_2", dict(N=16, C=256, H=56, W=56, K=256)),
     ("vgg16_conv1_1", dict(N=16, C=3, H=224, W=224, K=64)),
     ("c32_112x112", dict(N=16, C=32, H=112, W=112, K=64)),
+    ("c64_112x112_k128", dict(N=16, C=64, H=112, W=112, K=128)),
+    ("n64_c128_28x28", dict(N=64, C=128, H=28, W=28, K=128)),
+    ("c128_56x56_k256", dict(N=16, C=128, H=56, W=56, K=256)),
 ]
 
 COPY_BYTES_PER_S = 4.27e12  # measured on the H200 (DESIGN.md)
 MMA_FLOPS_PER_S = 790e12  # dense bf16 GEMM as measured; mma.sync reaches less
 L2_BYTES_PER_S = 8.5e12
+
+
+def _named(spec, contains: str) -> bool:
+    """Whether the spec's name holds one of the comma-separated parts of ``contains`` (a part
+    ending in ``$``: the name ends with it)."""
+    return any(
+        spec.name.endswith(part[:-1]) if part.endswith("$") else part in spec.name
+        for part in contains.split(",")
+    )
 
 
 def _problem(dtype: DType, **fields) -> Problem:
@@ -102,7 +116,7 @@ def build(contains: str = "") -> None:
     """The kernels of every grid KF spec whose name holds ``contains``, with the K1 / K2a they
     go with, and the unfused default picks of the public layers."""
     specs = set()
-    for spec in (s for s in FUSED if contains in s.name):
+    for spec in (s for s in FUSED if _named(s, contains)):
         for _, fields in SHAPES:
             problem = _problem(spec.io, **fields)
             if _fits(spec, problem):
@@ -112,7 +126,7 @@ def build(contains: str = "") -> None:
             problem = _layer(fields, dtype)
             picks = default_stage_specs(problem, default_tile(problem), target=Target.CUDA)
             specs.update(picks.values())
-            for spec in (s for s in FUSED if contains in s.name):
+            for spec in (s for s in FUSED if _named(s, contains)):
                 if spec.io is dtype and _fits(spec, problem):
                     specs.update(_pipeline(spec, problem).values())
     for _, fields in LAYERS[:3]:  # the C = K = 64 layers: the epilogue step's plans
@@ -173,7 +187,7 @@ def check(contains: str = "") -> int:
     import ml_dtypes  # noqa: F401
 
     failures = cases = 0
-    chosen = [s for s in FUSED if contains in s.name]
+    chosen = [s for s in FUSED if _named(s, contains)]
     for spec in chosen:
         for shape_id, fields in SHAPES:
             problem = _problem(spec.io, **fields)
@@ -270,7 +284,7 @@ def time_layers(dtype_name: str = "fp16", contains: str = "") -> None:
     )
     for label, fields in LAYERS:
         problem = _layer(fields, DType(dtype_name))
-        specs = [s for s in FUSED if s.io is problem.dtype and contains in s.name]
+        specs = [s for s in FUSED if s.io is problem.dtype and _named(s, contains)]
         specs = [s for s in specs if _fits(s, problem)]
         if not specs:
             print(f"# {label}: no KF spec with {contains!r} in its name fits")
@@ -385,7 +399,7 @@ def sanitize(contains: str = "") -> None:
         if s.hold and s.io is DType.FP16 and s.epilogue is Epilogue.BIAS_RELU
     ]
     epilogue.append(next(s for s in held if s.tcx).replace(epilogue=Epilogue.BIAS_RELU))
-    for spec in (s for s in (*chunked, *held, *epilogue) if contains in s.name):
+    for spec in (s for s in (*chunked, *held, *epilogue) if _named(s, contains)):
         problem = _problem(spec.io, C=48, K=39 if spec.epilogue.bias else 40, H=9, W=10)
         plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
         _, _, xt, wt = _device_inputs(problem, "sanitize")
