@@ -1,7 +1,8 @@
 """The fused kernel (KF, plan kind fused2d_rt) on an H200: build, check, time, sanitize.
 
     python3 scripts/gpu_fused.py build [PART]  # the CUDA cache this script needs (the KF specs
-                                               # named *PART*; PART,PART: either; PART$: ending), into $WINO_BUILD
+                                               # named *PART*; PART,PART: either; PART$: the
+                                               # name's end), into $WINO_BUILD
     python3 scripts/gpu_fused.py check     # every grid KF spec on CUDA against float64
     python3 scripts/gpu_fused.py time [fp16|bf16] [PART]  # fused (specs named *PART*) vs unfused
                                                           # vs cuDNN on public layers
@@ -36,7 +37,7 @@ from wino.refusals import Refused  # noqa: E402
 from wino.runtime import conv2d_reference, dispatch, relative_error  # noqa: E402
 from wino.runtime.plan import default_tile  # noqa: E402
 from wino.runtime.verify import bound_for  # noqa: E402
-from wino.vocab import DType, Epilogue, Prescale, Stage, Target  # noqa: E402
+from wino.vocab import DType, Epilogue, Prescale, Stage, Target, Tile  # noqa: E402
 
 ROOT = Path(os.environ.get("WINO_BUILD", "/tmp/wino-fused-build"))
 #: The epilogue-free grid KF specs (the epilogue variants add a bias / ReLU to the same text).
@@ -143,6 +144,7 @@ def build(contains: str = "") -> None:
         if spec.hold and spec.io is DType.FP16 and _fits(spec, sanitized):
             relu = spec.replace(epilogue=Epilogue.BIAS_RELU)  # the tcx 1 ones: off the grid
             specs.update(_pipeline(relu, sanitized).values())
+    specs.update(default_fused_specs(_prefetched_problem(), Tile(4, 4)).values())
     result = builder.build(
         sorted(specs, key=lambda s: s.name), [Target.CUDA], root=ROOT, jobs=os.cpu_count() or 4
     )
@@ -374,6 +376,12 @@ def epilogue(dtype_name: str = "fp16") -> None:
         print(f"{label} {problem.label()} | torch conv2d(bias) + relu (cuDNN) | {t:.1f} | - | -")
 
 
+def _prefetched_problem() -> Problem:
+    """Past the held kernel's L2 gate (x and y over 50 MB: its blocks prefetch the next block's
+    x rows), with odd C and K and dilation 2 (rows clipped at both image edges)."""
+    return _problem(DType.FP16, N=3, C=37, K=21, H=400, W=400, pad_h=2, pad_w=2, dil_h=2, dil_w=2)
+
+
 def sanitize(contains: str = "") -> None:
     """One small fused plan per MMA dtype pairing and per held schedule variant (one pass with
     K2a's scales, two passes with the kernel's own, two blocks per SM), each with its transforms
@@ -399,8 +407,13 @@ def sanitize(contains: str = "") -> None:
         if s.hold and s.io is DType.FP16 and s.epilogue is Epilogue.BIAS_RELU
     ]
     epilogue.append(next(s for s in held if s.tcx).replace(epilogue=Epilogue.BIAS_RELU))
-    for spec in (s for s in (*chunked, *held, *epilogue) if _named(s, contains)):
-        problem = _problem(spec.io, C=48, K=39 if spec.epilogue.bias else 40, H=9, W=10)
+    plans = [
+        (s, _problem(s.io, C=48, K=39 if s.epilogue.bias else 40, H=9, W=10))
+        for s in (*chunked, *held, *epilogue)
+    ]
+    wide = _prefetched_problem()
+    plans.append((default_fused_specs(wide, Tile(4, 4))[Stage.FUSED], wide))
+    for spec, problem in ((s, p) for s, p in plans if _named(s, contains)):
         plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
         _, _, xt, wt = _device_inputs(problem, "sanitize")
         import torch

@@ -10,12 +10,15 @@ import dataclasses
 import math
 import shutil
 
+import numpy as np
 import pytest
 
+from wino.geometry import TileGrid
 from wino.grid import aot_stage_specs
 from wino.pick import default_fused_specs
 from wino.problem import Problem
 from wino.runtime import dispatch
+from wino.runtime.arrays import numpy_dtype as _numpy_dtype
 from wino.runtime.registry import cuda_available
 from wino.runtime.verify import bound_for
 from wino.vocab import DType, Epilogue, Prescale, Stage, Target, Tile
@@ -41,6 +44,11 @@ SHAPES = {
 #: dispatch's default tile.
 BIG_TILE = Tile(4, 4)
 BIG = Problem(N=2, C=64, H=112, W=112, K=64, pad_h=1, pad_w=1, dtype=DType.FP16)
+#: Past the held kernel's L2 gate (x and y about 56 MB, over the 50 MB L2): its blocks prefetch
+#: the next block's window rows; odd C and K, dilation 2 (rows clipped at both image edges).
+PREFETCHED = Problem(
+    N=3, C=37, H=400, W=400, K=21, pad_h=2, pad_w=2, dil_h=2, dil_w=2, dtype=DType.FP16
+)
 #: The own-tile-scale check's problem: 256 F4x4 tiles, about 90 of them with one outlier.
 WIDE = dict(N=4, C=37, H=30, W=30, K=21)
 OWN = tuple(s for s in HELD if s.prescale is Prescale.FUSED)
@@ -63,7 +71,9 @@ def fused_cache(tmp_path_factory):
         for s in (spec, _scaled_twin(spec)):
             specs.update(_pipeline(s, wide).values())
     for dtype in (DType.FP16, DType.BF16):
-        specs.update(default_fused_specs(dataclasses.replace(BIG, dtype=dtype), BIG_TILE).values())
+        for problem in (BIG, PREFETCHED):
+            p = dataclasses.replace(problem, dtype=dtype)
+            specs.update(default_fused_specs(p, BIG_TILE).values())
     root = tmp_path_factory.mktemp("fused-gpu-cache")
     cuda_cache.build(sorted(specs, key=lambda s: s.name), root)
     return root
@@ -105,3 +115,38 @@ def test_own_tile_scales_give_the_split_prescales_bits(fused_cache, spec):
         plan = dispatch(problem, target="cuda", cache_root=fused_cache, specs=_pipeline(s, problem))
         ys.append(cp.asnumpy(plan.run(x, w)).view("uint16"))
     assert (ys[0] == ys[1]).all()
+
+
+@pytest.mark.parametrize("dtype", [DType.FP16, DType.BF16], ids=lambda d: d.short)
+def test_the_prefetching_blocks_change_no_bit(fused_cache, dtype):
+    """Each image of a batch past the L2 gate (its blocks prefetch the next block's x rows) is
+    bit for bit the image run alone (under the gate: no prefetch), every output written: the
+    prefetch reads nothing into the result and faults nowhere, edges and dilation included."""
+    import cupy as cp
+
+    problem = dataclasses.replace(PREFETCHED, dtype=dtype)
+    assert problem_streams_past_l2(problem)
+    specs = default_fused_specs(problem, BIG_TILE)
+    assert specs[Stage.FUSED].hold  # the held kernel, the one that prefetches
+    rng = _rng("prefetch" + dtype.short)
+    x = cp.asarray(rng.standard_normal((problem.N, problem.H, problem.W, problem.C)))
+    w = cp.asarray(rng.standard_normal((problem.K, 3, 3, problem.Cg)))
+    x, w = (a.astype(_numpy_dtype(dtype)) for a in (x, w))
+    batch = dispatch(problem, target="cuda", cache_root=fused_cache, specs=specs)
+    y = cp.full((problem.N, problem.Ho, problem.Wo, problem.K), cp.nan, dtype=x.dtype)
+    batch.run(x, w, y=y)
+    y = cp.asnumpy(y)
+    assert not np.isnan(y.astype(np.float32)).any(), "an output was left unwritten"
+    one = dataclasses.replace(problem, N=1)
+    assert not problem_streams_past_l2(one)
+    alone = dispatch(one, target="cuda", cache_root=fused_cache, specs=specs)
+    for n in range(problem.N):
+        y1 = cp.asnumpy(alone.run(x[n : n + 1], w))
+        assert np.array_equal(y[n : n + 1].view(np.uint16), y1.view(np.uint16)), n
+
+
+def problem_streams_past_l2(problem: Problem) -> bool:
+    """The held kernel's gate (templates/fused2d.j2, prefetch_next_windows): tiles x outputs a
+    tile x (C + K) 16-bit values over the L2's 50 MiB (CudaRenderer.prefetch_helpers)."""
+    tiles = TileGrid.of(problem, BIG_TILE).P
+    return tiles * 16 * (problem.C + problem.K) * 2 > 50 << 20

@@ -401,6 +401,20 @@ class Renderer:
             f"{self.fn} void wino_cp_async_wait(void) {{}}"
         )
 
+    # A prefetch into L2, and the SM count it is aimed by -------------------------------------
+    def prefetch_helpers(self) -> str:
+        """``wino_prefetch_l2(p)``: ask for the 128-byte line holding p in L2 (no value, no
+        fault; p must lie inside a buffer the kernel may read). ``wino_sm_count()``: the SMs
+        that run blocks at once, one block each (the block after this one on this SM is about
+        bx + wino_sm_count()). ``wino_l2_bytes()``: the L2's capacity; a launch whose x and y
+        fit in it together is taken to find x there (the layer before wrote it) and does not
+        prefetch. The host and HIP forms do nothing, count 1 SM and no L2."""
+        return (
+            f"{self.fn} void wino_prefetch_l2(const void* p) {{ (void)p; }}\n"
+            f"{self.fn} unsigned wino_sm_count(void) {{ return 1u; }}\n"
+            f"{self.fn} long long wino_l2_bytes(void) {{ return 0; }}"
+        )
+
     # Pairs of fp16 values (two channels at once), one rounding per operation --------------
     #: The host: two floats, each an fp16 value; every operation rounds its exact result
     #: (a product of two fp16 values is exact in double, so the double sum is rounded once
@@ -865,6 +879,17 @@ class CudaRenderer(Renderer):
             "  unsigned out;  /* max without .NaN: a NaN operand yields the other */\n"
             f'  asm("max.{kind} %0, %1, %2;" : "=r"(out) : "r"(acc), "r"(w & 0x7fff7fffu));\n'
             "  return out;\n}"
+        )
+
+    def prefetch_helpers(self) -> str:
+        """``prefetch.global.L2``; ``%nsmid`` (the SM identifiers: 132 on the H100 SXM); the
+        L2 of the sm_90 parts (H100 and H200: 50 MB)."""
+        return (
+            f"{self.fn} void wino_prefetch_l2(const void* p) "
+            '{ asm volatile("prefetch.global.L2 [%0];" :: "l"(p)); }\n'
+            f"{self.fn} unsigned wino_sm_count(void)\n"
+            '{ unsigned n; asm("mov.u32 %0, %%nsmid;" : "=r"(n)); return n; }\n'
+            f"{self.fn} long long wino_l2_bytes(void) {{ return 50ll << 20; }}"
         )
 
     def async_copy_helpers(self) -> str:
