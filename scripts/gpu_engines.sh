@@ -7,7 +7,8 @@
 #   3. wino bench --target cuda --engines fused,unfused,baked,cudnn --verify, fp16 then bf16,
 #      into $OUT/engines.csv (the baked engine compiles 3-4 kernels per case with nvcc)
 #   4. wino plot --engines: the table per layer and the geomeans per dtype (best wino engine vs
-#      cuDNN, U cached; the shape-generic cost, unfused vs baked), also in $OUT/engines.md
+#      cuDNN, U cached; the shape-generic cost, unfused vs baked), also in $OUT/engines.md, and
+#      the pictures $OUT/engines_<dtype>.png (each engine's speedup per layer, U cached and K1)
 # TILES (e.g. F4x4,F2x2,F6x4) restricts the tiles; DTYPES (default "fp16 bf16") the dtypes;
 # BENCH_LIMIT (s, default 270) bounds each dtype's sweep: the CSV is merged after every case, so
 # a sweep cut short still gives the table of the cases it measured (one `run` call: 600 s).
@@ -38,6 +39,6 @@ for dtype in ${DTYPES:-fp16 bf16}; do
     --engines fused,unfused,baked,cudnn --verify --results "$OUT/engines.csv" --skip-measured \
     --baked-root "${BAKED_ROOT:-/tmp/wino-baked}"
 done
-step 60 table.log python3 -m wino.cli plot "$OUT/engines.csv" --engines
+step 60 table.log python3 -m wino.cli plot "$OUT/engines.csv" --engines -o "$OUT/engines.png"
 cp "$OUT/table.log" "$OUT/engines.md" 2>/dev/null
 exit $status

@@ -113,3 +113,56 @@ def test_a_host_csv_draws_no_cudnn_panel(tmp_path):
     fig = figure(plt, "fp16", layers(_rows(), "fp16"))
     assert len(fig.axes) == 2 and "vs cuDNN" in fig.axes[0].get_title()
     plt.close(fig)
+
+
+def _engine_rows() -> list[results.Row]:
+    """One fp16 case: cuDNN 100 us (110 with K1, as the CSV carries it), the unfused engine at
+    F4x4 50 / 60 us verified and at F2x2 40 / 45 us out of its bound, the fused one 80 / 90,
+    no baked row; a second case without a direct engine."""
+    base = {c: "" for c in results.COLUMNS}
+    case = dict(base, target="cuda", dtype="fp16", case="convfp16 -n 1")
+    case["label"] = "fp16 N1 C64 56x56 K64 3x3 p1x1 s1x1"
+
+    def row(engine, tile, cached, total, verified="yes", error="1e-3"):
+        return {
+            **case,
+            "engine": engine,
+            "tile": tile,
+            "cached_us": str(cached),
+            "total_us": str(total),
+            "verified": verified,
+            "error": error,
+        }
+
+    rows = [
+        row("cudnn", "", 100.0, 110.0, verified="", error=""),
+        row("wino", "F4x4", 50.0, 60.0),
+        row("wino", "F2x2", 40.0, 45.0, verified="no", error="0.5"),
+        row("fused", "F4x4", 80.0, 90.0),
+    ]
+    other = {**rows[1], "case": "convfp16 -n 2", "label": "fp16 N2 C64 56x56 K64 3x3 p1x1 s1x1"}
+    return [*rows, other]
+
+
+def test_engine_speedups_take_each_engines_fastest_verified_tile():
+    from wino.bench.plot import engine_speedups
+
+    (case,) = engine_speedups(_engine_rows(), "fp16")  # the case without cuDNN is left out
+    assert case["label"] == "N1 C64 56x56 K64" and case["direct"] == "cudnn"
+    assert case["cached_us"] == {"wino": 2.0, "fused": 1.25}  # F2x2 failed its bound; no baked
+    assert case["total_us"] == pytest.approx({"wino": 110 / 60, "fused": 110 / 90})
+    assert engine_speedups(_engine_rows(), "bf16") == []
+
+
+@needs_matplotlib
+def test_engines_draw_only_with_an_output(tmp_path, capsys):
+    csv_path = results.write(tmp_path / "e.csv", _engine_rows())
+    assert cli.main(["plot", str(csv_path), "--engines"]) == 0
+    out, _ = capsys.readouterr()
+    assert out.startswith("| layer |") and "wrote" not in out
+    assert not list(tmp_path.glob("*.png"))
+    picture = tmp_path / "engines.png"
+    assert cli.main(["plot", str(csv_path), "--engines", "-o", str(picture)]) == 0
+    out, _ = capsys.readouterr()
+    assert out.startswith("| layer |") and f"wrote {picture}" in out
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

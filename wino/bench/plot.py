@@ -1,6 +1,8 @@
 """``wino plot out.csv -o speedup.png``: per dtype, one picture with two panels per layer: the
 speedup of the best wino pipeline over cuDNN, and the times of both against the wino
 pipeline's roofline bound (a CSV without cuDNN rows, e.g. the host's, gets the second only).
+``wino plot engines.csv --engines -o engines.png`` (a ``wino bench --engines`` run): per dtype,
+each wino engine's speedup over the direct one per layer, with U cached and with K1 per call.
 matplotlib is optional (``pip install 'wino[plot]'``) and is imported here only."""
 
 from __future__ import annotations
@@ -121,6 +123,95 @@ def plot(csv_path: Path, output: Path) -> list[Path]:
         if not data:
             continue
         fig = figure(plt, dtype, data)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+# Every engine of a `wino bench --engines` run ------------------------------------------------
+#: The wino engines of an engines picture, in bar order, with their names in the legend.
+ENGINE_BARS = {"fused": "fused", "wino": "unfused", "baked": "baked (JIT)"}
+#: The two panels: the time column and its title (U cached: the inference case).
+ENGINE_PANELS = {"cached_us": "U cached", "total_us": "K1 on every call"}
+
+
+def _fastest_verified(group: list[results.Row], engine: str, column: str) -> float | None:
+    """The engine's fastest verified time of the case in ``column`` (any tile)."""
+    times = [
+        results.num(r, column)
+        for r in group
+        if r["engine"] == engine and r.get("verified") == "yes" and results.num(r, column)
+    ]
+    return min(times, default=None)
+
+
+def engine_speedups(rows: list[results.Row], dtype: str) -> list[dict]:
+    """Per case of this dtype (CSV order): its label and, per panel column and wino engine
+    with a verified time, the direct engine's time over that engine's fastest verified tile
+    (1 = parity; engines without one are absent). Cases without a direct engine are left out."""
+    out = []
+    for group in _case_groups(rows, dtype).values():
+        direct = next((r for r in group if r["engine"] in results.DIRECT_ENGINES), None)
+        if direct is None:
+            continue
+        ratios = {}
+        for column in ENGINE_PANELS:
+            times = {e: _fastest_verified(group, e, column) for e in ENGINE_BARS}
+            ratios[column] = {
+                e: results.num(direct, column) / t
+                for e, t in times.items()
+                if t and results.num(direct, column)
+            }
+        label = group[0]["label"].split(" ", 1)[-1].split(" 3x3")[0]
+        out.append({"label": label, "direct": direct["engine"], **ratios})
+    return out
+
+
+def _case_groups(rows: list[results.Row], dtype: str) -> dict[tuple, list[results.Row]]:
+    groups: dict[tuple, list[results.Row]] = {}
+    for row in rows:
+        if row["dtype"] == dtype:
+            groups.setdefault((row["target"], row["case"]), []).append(row)
+    return groups
+
+
+def engines_figure(plt, dtype: str, data: list[dict]):
+    """One panel per time column: per layer, a bar per wino engine, its speedup over the
+    direct engine (1 = parity, the line)."""
+    xs = list(range(len(data)))
+    size = (max(6.0, 0.8 * len(data) + 2), 8)
+    fig, axes = plt.subplots(len(ENGINE_PANELS), 1, figsize=size, sharex=True, squeeze=False)
+    direct = ENGINES.get(data[0]["direct"], data[0]["direct"]) if data else "cuDNN"
+    width = 0.8 / len(ENGINE_BARS)
+    for (column, title), (ax,) in zip(ENGINE_PANELS.items(), axes, strict=True):
+        for i, (engine, name) in enumerate(ENGINE_BARS.items()):
+            offset = (i - (len(ENGINE_BARS) - 1) / 2) * width
+            ratios = [d[column].get(engine, 0.0) for d in data]
+            ax.bar([x + offset for x in xs], ratios, width, label=name)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_ylabel(f"speedup over {direct} (x)")
+        ax.set_title(f"wino engines vs {direct}, {dtype}, {title}")
+        ax.legend(fontsize=8, loc="upper left")
+    bottom = axes[-1][0]
+    bottom.set_xticks(xs)
+    bottom.set_xticklabels([d["label"] for d in data], rotation=45, ha="right", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_engines(csv_path: Path, output: Path) -> list[Path]:
+    """Write the engines pictures (one per dtype); returns their paths."""
+    rows = results.read(csv_path)
+    dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
+    plt = pyplot()
+    written = []
+    for dtype, path in output_paths(Path(output), dtypes).items():
+        data = engine_speedups(rows, dtype)
+        if not data:
+            continue
+        fig = engines_figure(plt, dtype, data)
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=120)
         plt.close(fig)
