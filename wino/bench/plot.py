@@ -115,14 +115,19 @@ def plot(csv_path: Path, output: Path) -> list[Path]:
     rows = results.read(csv_path)
     if not rows:
         raise ValueError(f"{csv_path}: no rows to plot")
+    return _draw(rows, output, layers, figure)
+
+
+def _draw(rows: list[results.Row], output: Path, data_of, figure_of) -> list[Path]:
+    """One picture per dtype with data: ``figure_of(plt, dtype, data_of(rows, dtype))``."""
     plt = pyplot()
     dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
     written = []
     for dtype, path in output_paths(Path(output), dtypes).items():
-        data = layers(rows, dtype)
+        data = data_of(rows, dtype)
         if not data:
             continue
-        fig = figure(plt, dtype, data)
+        fig = figure_of(plt, dtype, data)
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=120)
         plt.close(fig)
@@ -203,17 +208,4 @@ def engines_figure(plt, dtype: str, data: list[dict]):
 
 def plot_engines(csv_path: Path, output: Path) -> list[Path]:
     """Write the engines pictures (one per dtype); returns their paths."""
-    rows = results.read(csv_path)
-    dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
-    plt = pyplot()
-    written = []
-    for dtype, path in output_paths(Path(output), dtypes).items():
-        data = engine_speedups(rows, dtype)
-        if not data:
-            continue
-        fig = engines_figure(plt, dtype, data)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        written.append(path)
-    return written
+    return _draw(results.read(csv_path), output, engine_speedups, engines_figure)
