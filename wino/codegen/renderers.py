@@ -408,7 +408,8 @@ class Renderer:
         that run blocks at once, one block each (the block after this one on this SM is about
         bx + wino_sm_count()). ``wino_l2_bytes()``: the L2's capacity; a launch whose x and y
         fit in most of it (7/8, the held kernel's gate) is taken to find x there (the layer
-        before wrote it) and does not prefetch. The host and HIP forms do nothing, count 1 SM and no L2."""
+        before wrote it) and does not prefetch. The host and HIP forms do nothing, count 1 SM
+        and no L2."""
         return (
             f"{self.fn} void wino_prefetch_l2(const void* p) {{ (void)p; }}\n"
             f"{self.fn} unsigned wino_sm_count(void) {{ return 1u; }}\n"
