@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import results
+from . import results, table
 
 INSTALL = "pip install 'wino[plot]'"
 
@@ -142,44 +142,28 @@ ENGINE_BARS = {"fused": "fused", "wino": "unfused", "baked": "baked (JIT)"}
 ENGINE_PANELS = {"cached_us": "U cached", "total_us": "K1 on every call"}
 
 
-def _fastest_verified(group: list[results.Row], engine: str, column: str) -> float | None:
-    """The engine's fastest verified time of the case in ``column`` (any tile)."""
-    times = [
-        results.num(r, column)
-        for r in group
-        if r["engine"] == engine and r.get("verified") == "yes" and results.num(r, column)
-    ]
-    return min(times, default=None)
-
-
 def engine_speedups(rows: list[results.Row], dtype: str) -> list[dict]:
     """Per case of this dtype (CSV order): its label and, per panel column and wino engine
     with a verified time, the direct engine's time over that engine's fastest verified tile
-    (1 = parity; engines without one are absent). Cases without a direct engine are left out."""
+    (``table.best``; 1 = parity; engines without one are absent). Cases without a direct
+    engine are left out."""
     out = []
-    for group in _case_groups(rows, dtype).values():
-        direct = next((r for r in group if r["engine"] in results.DIRECT_ENGINES), None)
-        if direct is None:
+    for group in table.cases(rows).values():
+        direct = table.direct_row(group)
+        if group[0]["dtype"] != dtype or direct is None:
             continue
         ratios = {}
         for column in ENGINE_PANELS:
-            times = {e: _fastest_verified(group, e, column) for e in ENGINE_BARS}
+            base = results.num(direct, column)
+            fastest = {e: table.best(group, e, column) for e in ENGINE_BARS}
             ratios[column] = {
-                e: results.num(direct, column) / t
-                for e, t in times.items()
-                if t and results.num(direct, column)
+                e: base / results.num(row, column)
+                for e, row in fastest.items()
+                if row is not None and base
             }
         label = group[0]["label"].split(" ", 1)[-1].split(" 3x3")[0]
         out.append({"label": label, "direct": direct["engine"], **ratios})
     return out
-
-
-def _case_groups(rows: list[results.Row], dtype: str) -> dict[tuple, list[results.Row]]:
-    groups: dict[tuple, list[results.Row]] = {}
-    for row in rows:
-        if row["dtype"] == dtype:
-            groups.setdefault((row["target"], row["case"]), []).append(row)
-    return groups
 
 
 def engines_figure(plt, dtype: str, data: list[dict]):

@@ -62,13 +62,14 @@ ENGINES_HEADER = (
 AOT_ENGINES = results.AOT_ENGINES  # what a user gets without compiling
 
 
-def _best(case_rows: list[results.Row], engine: str) -> results.Row | None:
-    """The engine's fastest verified row of the case by U-cached time."""
+def best(case_rows: list[results.Row], engine: str, column: str = "cached_us"):
+    """The wino engine's fastest verified row of the case by ``column`` (U-cached time by
+    default), or None."""
     ok = [r for r in case_rows if r["engine"] == engine and r.get("verified") == "yes"]
-    return results.best_wino(ok, "cached_us") if engine in results.WINO_ENGINES else None
+    return results.best_wino(ok, column) if engine in results.WINO_ENGINES else None
 
 
-def _direct(case_rows: list[results.Row]) -> results.Row | None:
+def direct_row(case_rows: list[results.Row]) -> results.Row | None:
     return next((r for r in case_rows if r["engine"] in results.DIRECT_ENGINES), None)
 
 
@@ -82,12 +83,12 @@ def case_ratios(case_rows: list[results.Row]) -> dict[str, float]:
     """The case's ratios (U cached): direct time / best AOT engine (``aot``), and the baked
     engine's shape-generic cost, unfused time / baked time of the same tile (``generic``)."""
     out = {}
-    direct = _direct(case_rows)
-    aot = [b for b in (_best(case_rows, e) for e in AOT_ENGINES) if b is not None]
+    direct = direct_row(case_rows)
+    aot = [b for b in (best(case_rows, e) for e in AOT_ENGINES) if b is not None]
     if direct is not None and aot:
         fastest = min(results.num(b, "cached_us") for b in aot)
         out["aot"] = results.num(direct, "cached_us") / fastest
-    baked = _best(case_rows, "baked")
+    baked = best(case_rows, "baked")
     if baked is not None:
         same = [r for r in case_rows if r["engine"] == "wino" and r["tile"] == baked["tile"]]
         if same and results.num(same[0], "cached_us"):
@@ -97,8 +98,8 @@ def case_ratios(case_rows: list[results.Row]) -> dict[str, float]:
 
 def engines_case_line(case_rows: list[results.Row]) -> str:
     first = case_rows[0]
-    unfused, fused, baked = (_best(case_rows, e) for e in ("wino", "fused", "baked"))
-    direct = _direct(case_rows)
+    unfused, fused, baked = (best(case_rows, e) for e in ("wino", "fused", "baked"))
+    direct = direct_row(case_rows)
     label = first["label"].split(" ", 1)[1]
     times = results.engine_times(case_rows)
     fastest = min(times.values(), key=lambda lt: lt[1])[0] if times else ""
@@ -119,7 +120,7 @@ def engines_summary(rows: list[results.Row]) -> list[str]:
     """Per dtype, the geomeans over the cases: direct time / best AOT engine's (U cached), and
     the shape-generic cost (unfused / baked - 1, in percent)."""
     by_dtype: dict[str, list[dict[str, float]]] = {}
-    for case_rows in _cases(rows).values():
+    for case_rows in cases(rows).values():
         by_dtype.setdefault(case_rows[0]["dtype"], []).append(case_ratios(case_rows))
     lines = []
     for dtype, ratios in by_dtype.items():
@@ -141,7 +142,7 @@ def engines_summary(rows: list[results.Row]) -> list[str]:
     return lines
 
 
-def _cases(rows: list[results.Row]) -> dict[str, list[results.Row]]:
+def cases(rows: list[results.Row]) -> dict[str, list[results.Row]]:
     by_case: dict[str, list[results.Row]] = {}
     for row in rows:
         by_case.setdefault(row["case"], []).append(row)
@@ -151,5 +152,5 @@ def _cases(rows: list[results.Row]) -> dict[str, list[results.Row]]:
 def engines_markdown(csv_path: Path) -> str:
     """The engines table (one line per case) and the geomeans under it."""
     rows = results.read(csv_path)
-    lines = [engines_case_line(case_rows) for case_rows in _cases(rows).values()]
+    lines = [engines_case_line(case_rows) for case_rows in cases(rows).values()]
     return "\n".join([ENGINES_HEADER, *lines, "", *engines_summary(rows)])
