@@ -125,7 +125,7 @@ def test_the_prefetching_blocks_change_no_bit(fused_cache, dtype):
     import cupy as cp
 
     problem = dataclasses.replace(PREFETCHED, dtype=dtype)
-    assert problem_streams_past_l2(problem)
+    assert _streams_past_l2_gate(problem)
     specs = default_fused_specs(problem, BIG_TILE)
     assert specs[Stage.FUSED].hold  # the held kernel, the one that prefetches
     rng = _rng("prefetch" + dtype.short)
@@ -138,14 +138,14 @@ def test_the_prefetching_blocks_change_no_bit(fused_cache, dtype):
     y = cp.asnumpy(y)
     assert not np.isnan(y.astype(np.float32)).any(), "an output was left unwritten"
     one = dataclasses.replace(problem, N=1)
-    assert not problem_streams_past_l2(one)
+    assert not _streams_past_l2_gate(one)
     alone = dispatch(one, target="cuda", cache_root=fused_cache, specs=specs)
     for n in range(problem.N):
         y1 = cp.asnumpy(alone.run(x[n : n + 1], w))
         assert np.array_equal(y[n : n + 1].view(np.uint16), y1.view(np.uint16)), n
 
 
-def problem_streams_past_l2(problem: Problem) -> bool:
+def _streams_past_l2_gate(problem: Problem) -> bool:
     """The held kernel's gate (templates/fused2d.j2, prefetch_next_windows): tiles x outputs a
     tile x (C + K) 16-bit values over 7/8 of the L2's 50 MiB (CudaRenderer.prefetch_helpers)."""
     tiles = TileGrid.of(problem, BIG_TILE).P

@@ -90,6 +90,13 @@ def problem_of(x: Tensor, weight: Tensor, padding, dilation, groups: int) -> Pro
     return problem
 
 
+def _warn_once(key: tuple[str, str], message: str, *args) -> None:
+    """log.warning(message, *args) the first time ``key`` is seen in this process."""
+    if key not in _LOGGED:
+        _LOGGED.add(key)
+        log.warning(message, *args)
+
+
 def _transformed(plan, weight: Tensor):
     """(U, fs) of ``weight`` for ``plan``, from its [K][3][3][C/G] view."""
     return plan.transform_filter(weight.detach().permute(0, 2, 3, 1).contiguous())
@@ -101,13 +108,12 @@ def filters(plan, weight: Tensor):
     in-place update could not be seen: its filter is transformed on every call (logged once,
     with the way to cache it)."""
     if weight.is_inference():
-        if ("inference_weight", "") not in _LOGGED:
-            _LOGGED.add(("inference_weight", ""))
-            log.warning(
-                "wino.torch: a weight is an inference tensor (made under torch.inference_mode), "
-                "which tracks no version, so its filter is transformed on every call; create "
-                "or load the model outside inference_mode to cache it"
-            )
+        _warn_once(
+            ("inference_weight", ""),
+            "wino.torch: a weight is an inference tensor (made under torch.inference_mode), "
+            "which tracks no version, so its filter is transformed on every call; create or "
+            "load the model outside inference_mode to cache it",
+        )
         return _transformed(plan, weight)
     name = plan.specs[Stage.FILTER].name  # the filter transform decides U
     cached = getattr(weight, _U_ATTR, None)
@@ -125,9 +131,7 @@ def filters(plan, weight: Tensor):
 
 def _refused(x, weight, bias, padding, dilation, groups, relu: bool, err: Refused) -> Tensor:
     key = (err.rule, f"{tuple(x.shape)} {tuple(weight.shape)}")
-    if key not in _LOGGED:
-        _LOGGED.add(key)
-        log.warning("wino refuses %s (rule %s), running torch's conv2d: %s", key[1], key[0], err)
+    _warn_once(key, "wino refuses %s (rule %s), running torch's conv2d: %s", key[1], key[0], err)
     y = torch.nn.functional.conv2d(x, weight, bias, 1, tuple(padding), tuple(dilation), groups)
     y = y.contiguous(memory_format=torch.channels_last)
     return y.relu_() if relu else y
