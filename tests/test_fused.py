@@ -27,7 +27,7 @@ from wino.runtime.arrays import numpy_dtype
 from wino.runtime.plan import _pick_algorithm
 from wino.runtime.verify import bound_for
 from wino.specs import RtFusedSpec
-from wino.vocab import DType, Epilogue, Prescale, Stage, Tile
+from wino.vocab import DType, Epilogue, Prescale, Stage, Target, Tile
 
 #: The epilogue-free KF specs (the epilogue variants: tests/test_epilogue.py).
 FUSED = tuple(s for s in grid.aot_stage_specs(Stage.FUSED) if s.epilogue is Epilogue.NONE)
@@ -346,7 +346,8 @@ def test_the_input_transform_runs_on_fp16_pairs_at_xbits_16():
 
 def test_default_picks_have_no_refused_spec():
     for spec in FUSED:
-        assert spec_refusal(spec) is None
+        targets = grid.spec_targets(spec)
+        assert targets and all(spec_refusal(spec, t) is None for t in targets)
         assert FusedBudget.of(spec).acc_per_thread <= 128
 
 
@@ -419,7 +420,7 @@ def test_own_tile_scales_on_the_chunked_kernel(tmp_path):
     the split prescale's bits where G = 1, the float64 bound with groups."""
     base = next(s for s in FUSED if not s.hold and s.tile == Tile(4, 4) and s.io is DType.FP16)
     spec = base.replace(prescale=Prescale.FUSED)
-    assert spec_refusal(spec) is None
+    assert spec_refusal(spec, Target.C) is None and spec_refusal(spec, Target.CUDA) is None
     single = _problem(DType.FP16, N=4, H=30, W=30)
     grouped = _problem(DType.FP16, C=27, K=15, groups=3)
     kernels = {*_pipeline(spec, single).values(), *_pipeline(spec, grouped).values()}
@@ -473,7 +474,7 @@ def test_tcx_1_at_f2x2_off_the_grid(tmp_path):
     (C/G a multiple of 8) and the fp32 fallback (C odd), every output written."""
     held = next(s for s in FUSED if s.hold and s.tile == Tile(2, 2) and s.io is DType.FP16)
     spec = held.replace(extra={**dict(held.extra), "tcx": 1})
-    assert spec.tcx == 1 and spec_refusal(spec) is None
+    assert spec.tcx == 1 and spec_refusal(spec, Target.CUDA) is None
     problems = [_problem(DType.FP16, **fields) for _, fields in SHAPES[:2]]  # C 37, C 48
     kernels = {k for p in problems for k in _pipeline(spec, p).values()}
     host_cache.build(sorted(kernels, key=lambda s: s.name), tmp_path)
@@ -502,7 +503,7 @@ def test_fp16_pair_transform_on_the_chunked_kernel(tmp_path):
     bound with odd C and with groups, every output written."""
     base = next(s for s in FUSED if not s.hold and s.tile == Tile(4, 4) and s.io is DType.FP16)
     spec = base.replace(extra={**dict(base.extra), "xbits": 16})
-    assert spec.xbits == 16 and spec_refusal(spec) is None
+    assert spec.xbits == 16 and spec_refusal(spec, Target.CUDA) is None
     problems = [_problem(DType.FP16), _problem(DType.FP16, C=27, K=15, groups=3)]
     kernels = {k for p in problems for k in _pipeline(spec, p).values()}
     host_cache.build(sorted(kernels, key=lambda s: s.name), tmp_path)

@@ -955,12 +955,120 @@ class HipRenderer(Renderer):
             "{ return (wino_h2){(_Float16)lo, (_Float16)hi}; }"
         )
 
+    # gfx11's WMMA (wave32) for the MMA primitives; gfx942 keeps the scalar form -------------
+    def mma_helper(self, dtype: DType, mt: int, nt: int) -> str:
+        """On gfx11 (wave32, ``__GFX11__``): per 16-row tile i and pair jp of 8-channel tiles,
+        one ``v_wmma_f32_16x16x16`` (lane l loads row l % 16 of A and column l % 16 of B, 16
+        k values each; a pair past nt reads the last column: its results are dropped), the
+        16 x 16 result added into d in mma.sync's layout (``wino_wmma_add``). Elsewhere
+        (gfx942: wave64, where the template's 32-lane warps are half a wave) the scalar form.
+        Compile-only: no AMD GPU has run it."""
+        pairs = -(-nt // 2)
+        wmma = (
+            _wmma_prelude(dtype)
+            + f"{self.fn} void wino_warp_mma(float* d, const unsigned short* a, int lda,"
+            " const unsigned short* b, int ldb, unsigned lane)\n{\n"
+            "  const int r = (int)(lane & 15u);\n"
+            f"  wino_wmma_in af[{mt}], bf[{pairs}];\n"
+            f"  for (int i = 0; i < {mt}; ++i)\n"
+            "    __builtin_memcpy(&af[i], a + (16 * i + r) * lda, 32);\n"
+            f"  for (int jp = 0; jp < {pairs}; ++jp) {{\n"
+            "    const int n = 16 * jp + r;\n"
+            f"    __builtin_memcpy(&bf[jp], b + (n < {8 * nt} ? n : {8 * nt - 1}) * ldb, 32);\n"
+            "  }\n"
+            f"  for (int i = 0; i < {mt}; ++i)\n"
+            f"    for (int jp = 0; jp < {pairs}; ++jp)\n"
+            f"      wino_wmma_add(d, {nt}, i, jp, wino_wmma(af[i], bf[jp]), lane);\n"
+            "}\n"
+        )
+        return _gfx11_or(wmma, super().mma_helper(dtype, mt, nt))
+
+    def mma_global_b_helper(self, dtype: DType, mt: int, nt: int) -> str:
+        """On gfx11: per k16 half h, 16-row tile i and pair jp of 8-channel tiles, one WMMA
+        (A: row l % 16 of the step's columns 16 h .. 16 h + 15; B: output channel 16 jp + l %
+        16, input channels wino_kchan(16 h + k), zero past rows / cols), added into d in
+        mma.sync's layout; the scalar form elsewhere. Compile-only."""
+        pairs = -(-nt // 2)
+        wmma = (
+            _wmma_prelude(dtype)
+            + f"{self.fn} void wino_warp_mma32(float* d, const unsigned short* a, int lda, int c0,"
+            " const unsigned short* u, int ldu, int rows, int cols, unsigned lane)\n{\n"
+            "  const int r = (int)(lane & 15u);\n"
+            "  for (int h = 0; h < 2; ++h) {\n"
+            f"    wino_wmma_in af[{mt}], bf[{pairs}];\n"
+            f"    for (int i = 0; i < {mt}; ++i)\n"
+            "      __builtin_memcpy(&af[i], a + wino_vidx(16 * i + r, c0 + 16 * h, lda), 32);\n"
+            f"    for (int jp = 0; jp < {pairs}; ++jp) {{\n"
+            "      const int n = 16 * jp + r;\n"
+            "      unsigned short v[16];\n"
+            "      for (int k = 0; k < 16; ++k) {\n"
+            "        const int c = wino_kchan(16 * h + k);\n"
+            "        v[k] = n < rows && c < cols ? u[n * ldu + c] : (unsigned short)0;\n"
+            "      }\n"
+            "      __builtin_memcpy(&bf[jp], v, 32);\n"
+            "    }\n"
+            f"    for (int i = 0; i < {mt}; ++i)\n"
+            f"      for (int jp = 0; jp < {pairs}; ++jp)\n"
+            f"        wino_wmma_add(d, {nt}, i, jp, wino_wmma(af[i], bf[jp]), lane);\n"
+            "  }\n"
+            "}\n"
+        )
+        return _gfx11_or(wmma, super().mma_global_b_helper(dtype, mt, nt))
+
 
 RENDERERS: dict[Target, type[Renderer]] = {
     Target.C: CRenderer,
     Target.CUDA: CudaRenderer,
     Target.HIP: HipRenderer,
 }
+
+
+#: gfx11's WMMA result, lane l's element v: row 2 v + l / 16, column l % 16 of the 16 x 16
+#: block (AMD's RDNA3 WMMA layout). mma.sync's accumulator element e of 8-column tile jj (of
+#: a pair), lane l = 4 g + t: row g + 8 (e / 2), column 8 jj + 2 t + e % 2. So that element
+#: lies in WMMA lane WMMA_SRC_LANE, element WMMA_SRC_SLOT: C expressions (in g, t, jj, e),
+#: also valid Python, which tests/test_hip_wmma.py checks against both layouts.
+WMMA_SRC_LANE = "8 * jj + 2 * t + (e & 1) + 16 * (g & 1)"
+WMMA_SRC_SLOT = "(g >> 1) + 4 * (e >> 1)"
+
+
+def _wmma_prelude(dtype: DType) -> str:
+    """gfx11's WMMA operand types, the product of two 16 x 16 blocks, and ``wino_wmma_add``:
+    the result added into d's accumulator tiles (i, 2 jp) and (i, 2 jp + 1) (the second only
+    below nt) in mma.sync's layout, each element fetched from its WMMA lane by ds_bpermute
+    (four candidates: the element index differs between the lanes that read one source)."""
+    kind = {DType.FP16: ("_Float16", "f16"), DType.BF16: ("short", "bf16")}[dtype]
+    fn = HipRenderer.fn
+    return (
+        "#ifndef WINO_WMMA\n#define WINO_WMMA\n"
+        f"typedef {kind[0]} wino_wmma_in __attribute__((ext_vector_type(16)));\n"
+        "typedef float wino_wmma_acc __attribute__((ext_vector_type(8)));\n"
+        f"{fn} wino_wmma_acc wino_wmma(wino_wmma_in a, wino_wmma_in b)\n{{\n"
+        f"  return __builtin_amdgcn_wmma_f32_16x16x16_{kind[1]}_w32(a, b,"
+        " (wino_wmma_acc){});\n}\n"
+        f"{fn} void wino_wmma_add(float* d, int nt, int i, int jp, wino_wmma_acc c,"
+        " unsigned lane)\n{\n"
+        "  const int g = (int)(lane >> 2), t = (int)(lane & 3u);\n"
+        "  for (int jj = 0; jj < 2; ++jj) {\n"
+        "    if (2 * jp + jj >= nt) break;\n"
+        "    for (int e = 0; e < 4; ++e) {\n"
+        f"      const int src = {WMMA_SRC_LANE}, slot = {WMMA_SRC_SLOT};\n"
+        "      float v = 0.0f;\n"
+        "      for (int k = 0; k < 4; ++k) {\n"
+        "        const int w = __builtin_amdgcn_ds_bpermute(src << 2,"
+        " __builtin_bit_cast(int, c[4 * (e >> 1) + k]));\n"
+        "        if (k == (slot & 3)) v = __builtin_bit_cast(float, w);\n"
+        "      }\n"
+        "      d[4 * (i * nt + 2 * jp + jj) + e] += v;\n"
+        "    }\n"
+        "  }\n}\n"
+        "#endif\n"
+    )
+
+
+def _gfx11_or(wmma: str, scalar: str) -> str:
+    """The gfx11 WMMA text where the compiler targets gfx11, else the scalar form."""
+    return f"#if defined(__GFX11__)\n{wmma}#else\n{scalar}\n#endif"
 
 
 def _lane_sums(nt: int, kp: int, a: str, b: str, dst: str, indent: str) -> str:
