@@ -7,7 +7,9 @@
 #   3. wino bench --target cuda --engines fused,unfused,baked,cudnn --verify, fp16 then bf16,
 #      into $OUT/engines.csv (the baked engine compiles 3-4 kernels per case with nvcc)
 #   4. wino plot --engines: the table per layer and the geomeans per dtype (best wino engine vs
-#      cuDNN, U cached; the shape-generic cost, unfused vs baked), also in $OUT/engines.md, and
+#      cuDNN, U cached, over every layer and over those with C, K >= 256; the fused engine vs
+#      cuDNN over those with 64 <= C <= 128 at 56x56 and more: issue 9's three goals; the
+#      shape-generic cost, unfused vs baked), also in $OUT/engines.md, and
 #      the pictures $OUT/engines_<dtype>.png (each engine's speedup per layer, U cached and K1)
 # TILES (e.g. F4x4,F2x2,F6x4) restricts the tiles; DTYPES (default "fp16 bf16") the dtypes;
 # BENCH_LIMIT (s, default 270) bounds each dtype's sweep: the CSV is merged after every case, so

@@ -218,7 +218,9 @@ def plot_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the CSV of a `wino bench --engines` run as a Markdown table (every engine "
         "per case, U cached and K1 per call) and the geomeans (best wino engine vs the direct "
-        "one; the shape-generic cost, unfused vs baked); with -o also draw, per dtype, each "
+        "one, over every case and over those with C, K >= 256; the fused engine vs the direct "
+        "one over those with 64 <= C <= 128 at 56x56 and more; the shape-generic cost, "
+        "unfused vs baked); with -o also draw, per dtype, each "
         "wino engine's speedup over the direct one per layer (U cached; K1 on every call)",
     )
 

@@ -80,14 +80,18 @@ def _pair(row: results.Row | None) -> str:
 
 
 def case_ratios(case_rows: list[results.Row]) -> dict[str, float]:
-    """The case's ratios (U cached): direct time / best AOT engine (``aot``), and the baked
-    engine's shape-generic cost, unfused time / baked time of the same tile (``generic``)."""
+    """The case's ratios (U cached): direct time / best AOT engine (``aot``), direct time /
+    the fused engine's (``fused``), and the baked engine's shape-generic cost, unfused time /
+    baked time of the same tile (``generic``)."""
     out = {}
     direct = direct_row(case_rows)
     aot = [b for b in (best(case_rows, e) for e in AOT_ENGINES) if b is not None]
     if direct is not None and aot:
         fastest = min(results.num(b, "cached_us") for b in aot)
         out["aot"] = results.num(direct, "cached_us") / fastest
+    fused = best(case_rows, "fused")
+    if direct is not None and fused is not None:
+        out["fused"] = results.num(direct, "cached_us") / results.num(fused, "cached_us")
     baked = best(case_rows, "baked")
     if baked is not None:
         same = [r for r in case_rows if r["engine"] == "wino" and r["tile"] == baked["tile"]]
@@ -116,22 +120,69 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+_SHAPE = ("C", "K", "H", "W", "pad_h", "pad_w", "dil_h", "dil_w")
+
+
+def _shape(row: results.Row) -> dict[str, int] | None:
+    """The case's extents, or None where the row has none (a hand-made CSV)."""
+    if not all(row.get(k) for k in _SHAPE):
+        return None
+    return {k: int(row[k]) for k in _SHAPE}
+
+
+def _wide(row: results.Row) -> bool:
+    """C and K of at least 256 (the 256- and 512-channel layers)."""
+    s = _shape(row)
+    return s is not None and min(s["C"], s["K"]) >= 256
+
+
+def _early(row: results.Row) -> bool:
+    """64 to 128 input channels and outputs of at least 56x56 (3x3, stride 1): the ResNet and
+    VGG stages that only a fused kernel can win (V and M through memory cost the unfused plan
+    more than cuDNN's whole time there)."""
+    s = _shape(row)
+    if s is None:
+        return False
+    out_h, out_w = (
+        s[d] + 2 * s[f"pad_{a}"] - 2 * s[f"dil_{a}"] for d, a in (("H", "h"), ("W", "w"))
+    )
+    return 64 <= s["C"] <= 128 and min(out_h, out_w) >= 56
+
+
+_BEST = "best wino engine (U cached) vs the direct engine"
+#: The summary's ratio lines: (ratio key, what it compares, the layers it covers or None: all,
+#: and how the line names them).
+_RATIO_LINES = (
+    ("aot", _BEST, None, ""),
+    ("aot", _BEST, _wide, " with C, K >= 256"),
+    (
+        "fused",
+        "the fused engine (U cached) vs the direct engine",
+        _early,
+        " with 64 <= C <= 128 and outputs of 56x56 or more",
+    ),
+)
+
+
 def engines_summary(rows: list[results.Row]) -> list[str]:
-    """Per dtype, the geomeans over the cases: direct time / best AOT engine's (U cached), and
-    the shape-generic cost (unfused / baked - 1, in percent)."""
-    by_dtype: dict[str, list[dict[str, float]]] = {}
+    """Per dtype, the geomeans over the cases: direct time / best AOT engine's (U cached),
+    over every case and over the 256- and 512-channel ones; direct time / the fused engine's
+    over the 64- and 128-channel ones at 56x56 and more; and the shape-generic cost
+    (unfused / baked - 1, in percent)."""
+    by_dtype: dict[str, list[tuple[results.Row, dict[str, float]]]] = {}
     for case_rows in cases(rows).values():
-        by_dtype.setdefault(case_rows[0]["dtype"], []).append(case_ratios(case_rows))
+        first = case_rows[0]
+        by_dtype.setdefault(first["dtype"], []).append((first, case_ratios(case_rows)))
     lines = []
     for dtype, ratios in by_dtype.items():
-        aot = [r["aot"] for r in ratios if "aot" in r]
-        generic = [r["generic"] for r in ratios if "generic" in r]
-        if aot:
-            lines.append(
-                f"{dtype}: best wino engine (U cached) vs the direct engine: "
-                f"{_geomean(aot):.3g}x geomean over {len(aot)} layers "
-                f"(min {min(aot):.3g}x, max {max(aot):.3g}x)"
-            )
+        for key, what, covers, where in _RATIO_LINES:
+            values = [r[key] for row, r in ratios if key in r and (covers is None or covers(row))]
+            if values:
+                lines.append(
+                    f"{dtype}: {what}: {_geomean(values):.3g}x geomean over {len(values)} "
+                    f"layers{where} (min {min(values):.3g}x, max {max(values):.3g}x)"
+                )
+        generic = [r["generic"] for _, r in ratios if "generic" in r]
         if generic:
             cost = (_geomean(generic) - 1) * 100
             lines.append(
