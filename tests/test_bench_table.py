@@ -36,7 +36,8 @@ def _engine_row(case, shape, engine, cached, tile="F4x4"):
     row = {col: "" for col in results.COLUMNS}
     row.update(target="cuda", case=case, label=f"fp16 N16 C{c} {h}x{h} K{k}", dtype="fp16")
     row.update(N="16", C=str(c), K=str(k), H=str(h), W=str(h), pad_h="1", pad_w="1")
-    row.update(dil_h="1", dil_w="1", engine=engine, tile="" if engine == "cudnn" else tile)
+    row.update(dil_h="1", dil_w="1", groups="1")
+    row.update(engine=engine, tile="" if engine == "cudnn" else tile)
     row.update(cached_us=str(cached), total_us=str(cached + 1), verified="yes", error="0.01")
     return row
 

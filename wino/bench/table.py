@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..problem import Problem
 from . import results
 
 HEADER = (
@@ -120,33 +121,26 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-_SHAPE = ("C", "K", "H", "W", "pad_h", "pad_w", "dil_h", "dil_w")
-
-
-def _shape(row: results.Row) -> dict[str, int] | None:
-    """The case's extents, or None where the row has none (a hand-made CSV)."""
-    if not all(row.get(k) for k in _SHAPE):
+def _problem(row: results.Row) -> Problem | None:
+    """The case's problem from the row's extents (``results.SHAPE``), or None where the row has
+    none (a hand-made CSV)."""
+    if not all(row.get(k) for k in results.SHAPE):
         return None
-    return {k: int(row[k]) for k in _SHAPE}
+    return Problem(**{k: int(row[k]) for k in results.SHAPE})
 
 
 def _wide(row: results.Row) -> bool:
     """C and K of at least 256 (the 256- and 512-channel layers)."""
-    s = _shape(row)
-    return s is not None and min(s["C"], s["K"]) >= 256
+    p = _problem(row)
+    return p is not None and min(p.C, p.K) >= 256
 
 
 def _early(row: results.Row) -> bool:
-    """64 to 128 input channels and outputs of at least 56x56 (3x3, stride 1): the ResNet and
-    VGG stages that only a fused kernel can win (V and M through memory cost the unfused plan
-    more than cuDNN's whole time there)."""
-    s = _shape(row)
-    if s is None:
-        return False
-    out_h, out_w = (
-        s[d] + 2 * s[f"pad_{a}"] - 2 * s[f"dil_{a}"] for d, a in (("H", "h"), ("W", "w"))
-    )
-    return 64 <= s["C"] <= 128 and min(out_h, out_w) >= 56
+    """64 to 128 input channels and outputs of at least 56x56: the ResNet and VGG stages that
+    only a fused kernel can win (V and M through memory cost the unfused plan more than
+    cuDNN's whole time there)."""
+    p = _problem(row)
+    return p is not None and 64 <= p.C <= 128 and min(p.Ho, p.Wo) >= 56
 
 
 _BEST = "best wino engine (U cached) vs the direct engine"
