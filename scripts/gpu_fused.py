@@ -388,7 +388,8 @@ def sanitize(contains: str = "") -> None:
     on the CUDA cores in fp32 and on fp16 pairs and on the MMA (tcx 0, xbits 16, tcx 1) where
     the grid has it; and the held kernels' bias + ReLU (on the CUDA cores: the grid's fp16
     ones; on the MMA: tcx 1, off the grid) at an odd K, so the last channel pair has one
-    channel; those whose name holds ``contains`` (compute-sanitizer runs this)."""
+    channel; each pipelined held kernel on four tile blocks; those whose name holds
+    ``contains`` (compute-sanitizer runs this)."""
     chunked = (FUSED[0], next(s for s in FUSED if s.mdtype is DType.BF16))
     held = []
     for tcx, xbits in ((0, 32), (0, 16), (1, 32)):
@@ -413,6 +414,8 @@ def sanitize(contains: str = "") -> None:
     ]
     wide = _prefetched_problem()
     plans.append((default_fused_specs(wide, Tile(4, 4))[Stage.FUSED], wide))
+    # the pipelined held kernels: 4 tile blocks, so chain 2 runs two a workgroup
+    plans += [(s, _problem(s.io, C=48, K=40, H=30, W=29)) for s in FUSED if s.chain]
     for spec, problem in ((s, p) for s, p in plans if _named(s, contains)):
         plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
         _, _, xt, wt = _device_inputs(problem, "sanitize")

@@ -97,13 +97,14 @@ def test_a_yaml_axis_builds_and_runs(tmp_path):
     assert "axis ok k4_f2x2_ifp32_afp32_v1_b256_os3" in done.stdout
 
 
-def test_the_repo_declares_k2_stream_kf_hold_kpass_tcx_xbits_min_blocks_and_rejects_unknown():
+def test_the_repo_declares_its_axes_and_rejects_unknown():
     assert [(a.name, a.stages, a.default) for a in axes.declared()] == [
         ("stream", ("k2",), 0),
         ("hold", ("kf",), 0),
         ("kpass", ("kf",), 0),
         ("tcx", ("kf",), 0),
         ("xbits", ("kf", "k2"), 32),
+        ("chain", ("kf",), 0),
         ("min_blocks", ("kf",), 0),
     ]
     with pytest.raises(ValueError, match=r"unknown axis\(es\) \['out_scale'\]"):

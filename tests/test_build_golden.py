@@ -20,7 +20,7 @@ def _build_in_tmp(tmp_path_factory, monkeypatch):
 
 def test_shard_is_representative():
     specs = [k.spec for k in golden.SHARD]
-    assert 12 <= len(golden.SHARD) <= 20
+    assert 12 <= len(golden.SHARD) <= 21
     assert {s.stage for s in specs} == set(GRID_STAGES)
     k2 = [s for s in specs if isinstance(s, RtInputSpec)]
     assert {s.path for s in k2} == set(K2Path)
@@ -37,6 +37,7 @@ def test_shard_is_representative():
     held = [s for s in specs if s.stage is Stage.FUSED and s.hold]
     assert {s.tcx for s in held} == {0, 1}  # the held transforms on both units
     assert {s.xbits for s in held} == {16, 32}  # the input transform on fp16 pairs and in fp32
+    assert {s.chain > 0 for s in held} == {False, True}  # one tile block a workgroup, or several
     assert {s.xbits for s in specs if s.stage is Stage.INPUT} == {16, 32}  # K2's too
     assert len({k.label for k in golden.SHARD}) == len(golden.SHARD)
     assert all(in_grid(k.spec) for k in golden.SHARD), "shard specs should be grid kernels"

@@ -278,6 +278,82 @@ def test_held_budget_arithmetic():
     assert two.smem_bytes == b.smem_bytes and (b.kpass, b.park_per_thread) == (64, 0)
 
 
+def test_pipelined_budget_arithmetic():
+    """chain > 0: the partial maxima (own tile scales) after V, then a ring of four tile
+    tables; the same V and registers as the one-block kernel."""
+    extra = {"hold": 64, "kpass": 32, "xbits": 16}
+    spec = RtFusedSpec(
+        Tile(4, 4), tiles=32, kblock=64, cchunk=32, warps=18, prescale="fused", extra=extra
+    )
+    one = FusedBudget.of(spec)
+    b = FusedBudget.of(spec.replace(extra={**extra, "chain": 4}))
+    v = 36 * 32 * 72 * 2
+    assert (b.chain, b.ring, one.chain, one.ring) == (4, 4, 0, 1)
+    assert b.tpm_offset == v and b.table_offset == v + 32 * 16 * 4
+    assert b.smem_bytes == b.table_offset + 4 * 32 * 28
+    assert (b.acc_per_thread, b.park_per_thread, b.min_blocks) == (32, 16, 1)
+    split = FusedBudget.of(spec.replace(prescale="split", extra={**extra, "chain": 4}))
+    assert split.table_offset == v  # no partial maxima: K2a's scales
+    assert FusedBudget.of(spec.replace(extra={"chain": 4})).chain == 0  # the held schedule's
+
+
+#: The pipelined held kernels (axis chain) and problems of several tile blocks a workgroup:
+#: a partial last round (6 tile blocks over workgroups of 4: the second workgroup's last two
+#: iterations hold no block), two channel blocks with K past kblock, dilation, odd C.
+CHAINED = tuple(s for s in FUSED if s.chain)
+MANY_BLOCKS = [
+    ("n3_c37", {"N": 3, "C": 37, "K": 21, "H": 30, "W": 29}),
+    ("c64_k70", {"N": 2, "C": 64, "K": 70, "H": 40, "W": 33}),
+    ("dil2x3", {"N": 2, "C": 19, "K": 11, "H": 37, "W": 39, "dil_h": 2, "dil_w": 3, "pad_h": 2}),
+]
+
+
+def _one_block_twin(spec: RtFusedSpec) -> RtFusedSpec:
+    """The grid's held kernel the pipelined one reorders: the same spec at chain 0."""
+    twin = spec.replace(extra={**dict(spec.extra), "chain": 0})
+    assert grid.in_grid(twin, Target.C), twin.name
+    return twin
+
+
+@pytest.mark.parametrize("shape_id, fields", MANY_BLOCKS, ids=[i for i, _ in MANY_BLOCKS])
+@pytest.mark.parametrize("spec", CHAINED, ids=[s.name for s in CHAINED])
+def test_the_pipelined_held_kernel_is_the_one_block_kernel_bit_for_bit(
+    spec, shape_id, fields, chain_root
+):
+    """Workgroup bx runs tile blocks bx, bx + GX, ...: each block's output transform shares
+    a phase with the next block's input transform (on the same V columns) and the block after
+    next's tile maxima. Each output is computed by the same operations as in the one-block
+    kernel, so y is that kernel's bit for bit (y NaN-poisoned: every element written), within
+    the float64 bound, over several tile blocks a workgroup and a partial last round."""
+    problem = _problem(spec.io, **fields)
+    twin = _one_block_twin(spec)
+    launch = stage_launch(spec, problem)
+    blocks = -(-launch.kernargs["P"] // spec.tiles)
+    assert launch.grid[0] == launch.kernargs["GX"] == -(-blocks // spec.chain)
+    assert blocks > launch.grid[0]  # some workgroup runs two tile blocks or more
+    ys = []
+    for s in (spec, twin):
+        plan = dispatch(problem, target="c", cache_root=chain_root, specs=_pipeline(s, problem))
+        y, error = run_poisoned(plan, shape_id)
+        assert error <= bound_for(s.tile, s.io, s.mdtype), (s.name, error)
+        ys.append(y.view(np.uint16))
+    assert np.array_equal(*ys)
+
+
+@pytest.fixture(scope="module")
+def chain_root(tmp_path_factory):
+    """One host cache of the pipelined kernels, their twins, K1 and K2a for MANY_BLOCKS."""
+    folder = tmp_path_factory.mktemp("chain-cache")
+    specs = set()
+    for spec in CHAINED:
+        for _, fields in MANY_BLOCKS:
+            problem = _problem(spec.io, **fields)
+            for s in (spec, _one_block_twin(spec)):
+                specs.update(_pipeline(s, problem).values())
+    host_cache.build(sorted(specs, key=lambda s: s.name), folder)
+    return folder
+
+
 def test_held_budget_with_the_transforms_on_the_mma():
     """tcx 1: bins 8 elements further apart, a staged window per warp, 1 / fs per channel."""
     spec = RtFusedSpec(
@@ -389,7 +465,8 @@ def _wide_range_input(problem: Problem, seed: str) -> np.ndarray:
     return x.astype(numpy_dtype(p.dtype))
 
 
-OWN_SCALES = [s for s in FUSED if s.prescale is Prescale.FUSED]
+#: (The pipelined kernels' scales: their one-block twins' bit for bit, MANY_BLOCKS above.)
+OWN_SCALES = [s for s in FUSED if s.prescale is Prescale.FUSED and not s.chain]
 
 
 @pytest.mark.parametrize("channels", [37, 64], ids=["pairs", "vec8"])

@@ -167,6 +167,10 @@ SPEC_BREAKERS = {
         "kblock 128 is past hold 64",
     ),
     "fused_hold_shape": (RtFusedSpec(extra={"hold": 64}), "(stages 1, cchunk 16)"),
+    "fused_chain_needs_held": (
+        RtFusedSpec(extra={"chain": 4}),
+        "chain 4: the pipelined schedule runs 1 to 64 tile blocks",
+    ),
     "fused_kpass_invalid": (
         RtFusedSpec(kblock=64, cchunk=32, extra={"hold": 64, "kpass": 24}),
         "kpass 24: the held schedule's passes",
@@ -276,6 +280,7 @@ SPEC_REPAIRS = {
     "fused_hold_kblock": dict(kblock=64),
     "fused_hold_shape": dict(cchunk=32),
     "fused_kpass_invalid": dict(extra={"hold": 64, "kpass": 32}),
+    "fused_chain_needs_held": dict(extra={}),
     "fused_min_blocks_fit": dict(tiles=16, warps=9, extra={"hold": 64, "min_blocks": 2}),
     # the HIP grid's held kernel: F2x2, 16 tiles x 64 channels, 8 warps (37312 bytes)
     "fused_lds_over_amd_limit": dict(

@@ -37,6 +37,11 @@ The held schedule (axis ``hold`` > 0, docs/FUSED.md "The held schedule"):
   Tiles [tm]             as above
   Tfr [kb]               (tcx 1) 1 / fs[k] of the block's output channels (0 where fs is past
                          2^-100 .. 2^100): the output phase's unscale is one product there
+With ``chain`` > 0 (the pipelined held schedule: a workgroup runs chain tile blocks, block
+i's output transform and block i + 1's input transform in one phase) the tile table is a ring
+of ``TABLE_RING`` tables (block i's, i + 1's and i + 2's are in use at once), and the tile
+maxima's partials ``Tpm [tm][16]`` (u32, own tile scales) lie after V instead of over it (V
+holds block i's M while block i + 2's maxima are taken).
 Warps own whole bins and multiply them one after another, so the accumulators per thread are
 one bin's: tm x kb / 32, or with ``kpass`` (kb / kpass passes over the same V) one pass's,
 tm x kpass / 32, the earlier passes' M parked as fp16 pairs in registers until the last pass.
@@ -56,6 +61,8 @@ TILE_BYTES = 8 + 8 + 4 + 4 + 4  # the tile table's row: x mask, y mask, x offset
 SM_REGISTERS = 65536  # 32-bit registers per SM (sm_90)
 SM_SHARED = 233472  # bytes of shared memory per SM (sm_90: 228 KB)
 BLOCK_SHARED_RESERVE = 1024  # bytes the hardware keeps per resident block
+TABLE_RING = 4  # the pipelined held schedule's tile tables (blocks i .. i + 2 in use; a power of 2)
+MAXIMA_PARTIALS = 16  # the own tile scales' partial maxima a tile (u32 each: one a channel pair)
 REG_OVERHEAD = 40  # registers per thread beyond the accumulators and the window (addresses)
 
 
@@ -81,6 +88,9 @@ class FusedBudget:
     slot_elems: int = 0  # held schedule: elements of one warp's staged window
     tfr_offset: int = 0  # held schedule: bytes from the start of shared memory to Tfr
     tcx: int = 0  # held schedule: 1 runs both transforms on the MMA (axis tcx)
+    chain: int = 0  # held schedule: tile blocks a workgroup pipelines (axis chain; 0: one)
+    tpm_offset: int = 0  # chain > 0: bytes from the start of shared memory to Tpm
+    ring: int = 1  # tile tables (TABLE_RING with chain > 0)
 
     @classmethod
     def of(cls, spec: RtFusedSpec) -> FusedBudget:
@@ -88,6 +98,8 @@ class FusedBudget:
         per_warp = bins // spec.warps if spec.warps > 0 and bins % spec.warps == 0 else 0
         hold = getattr(spec, "hold", 0)  # 0 where a grid does not declare the axis
         tcx = getattr(spec, "tcx", 0) if hold > 0 else 0
+        chain = getattr(spec, "chain", 0) if hold > 0 else 0
+        tpm = 0
         if hold > 0:  # V of every channel; one bin's accumulators and B fragments a thread
             lda = hold + PAD
             bin_ld = tm * lda + (PAD if tcx else 0)
@@ -97,6 +109,9 @@ class FusedBudget:
             slot_elems = bins * slot_ld
             slots = spec.warps * slot_elems * spec.io.itemsize
             table = -(-(xs * spec.mdtype.itemsize + slots) // 16) * 16
+            tpm = table
+            if chain and spec.prescale.value == "fused":  # the partial maxima after V
+                table += tm * MAXIMA_PARTIALS * 4
             kpass = getattr(spec, "kpass", 0) or kb
             acc = tm * kpass // 32 if per_warp else 0
             park = (kb // kpass - 1) * acc // 2 if kb % kpass == 0 else 0
@@ -111,7 +126,8 @@ class FusedBudget:
             table = -(-max(operand_bytes, bins * tm * ms_ld * 4) // 16) * 16
             acc = regs = per_warp * tm * kb // 32
             kpass, park, bin_ld, slot_ld, slot_elems = kb, 0, 0, 0, 0
-        smem = tfr = table + -(-tm * TILE_BYTES // 16) * 16
+        ring = TABLE_RING if chain else 1
+        smem = tfr = table + ring * -(-tm * TILE_BYTES // 16) * 16
         if tcx:  # after the tiles: 1 / fs of the block's channels (fp32 each)
             smem += -(-kb * 4 // 16) * 16
         regs += max(64, bins + REG_OVERHEAD)
@@ -136,6 +152,9 @@ class FusedBudget:
             slot_elems=slot_elems,
             tfr_offset=tfr if tcx else 0,
             tcx=tcx,
+            chain=chain,
+            tpm_offset=tpm,
+            ring=ring,
         )
 
 

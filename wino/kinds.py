@@ -171,10 +171,14 @@ def _k2_lds_rows(spec, problem, tg, lanes):
 
 
 def _kf(spec, problem, tg, lanes):
+    """One workgroup per tile block, or with ``chain`` N per N tile blocks (GX = the grid's
+    x extent: workgroup bx runs tile blocks bx, bx + GX, ...)."""
     kblocks = ceil_div(problem.Kg, spec.kblock)
-    grid_dims = (ceil_div(tg.P, spec.tiles), problem.groups * kblocks, 1)
-    geometry = (grid_dims, (spec.block, 1, 1), FusedBudget.of(spec).smem_bytes)
-    return geometry, {"KB": kblocks, "grid_y": grid_dims[1]}
+    budget = FusedBudget.of(spec)
+    grid_x = ceil_div(ceil_div(tg.P, spec.tiles), max(budget.chain, 1))
+    grid_dims = (grid_x, problem.groups * kblocks, 1)
+    geometry = (grid_dims, (spec.block, 1, 1), budget.smem_bytes)
+    return geometry, {"KB": kblocks, "GX": grid_x, "grid_y": grid_dims[1]}
 
 
 # The table --------------------------------------------------------------------------------------
@@ -279,7 +283,7 @@ KINDS: tuple[StageKind, ...] = (
             _BIAS,
             Buffer("y", _RES, _IO, _W),
         ),
-        ("P", "C", "K", "Cg", "Kg", "G", "KB", *_WINDOW, "Ho", "Wo", *_TILE_DECODE),
+        ("P", "C", "K", "Cg", "Kg", "G", "KB", "GX", *_WINDOW, "Ho", "Wo", *_TILE_DECODE),
         ("KB", *_TILE_DECODE),
         _kf,
         dynamic_shared=True,
