@@ -67,16 +67,20 @@ def _each_case():
             yield pytest.param(spec, _problem(spec.io, **fields), id=f"{spec.name}-{shape_id}")
 
 
+def _built(folder, plans):
+    """A host cache in ``folder`` with the kernels of every (KF spec, problem) pipeline."""
+    specs = set()
+    for spec, problem in plans:
+        specs.update(_pipeline(spec, problem).values())
+    host_cache.build(sorted(specs, key=lambda s: s.name), folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def root(tmp_path_factory):
     """One host cache with every grid KF spec and the K1 / K2a kernels they go with."""
-    folder = tmp_path_factory.mktemp("fused-cache")
-    specs = set()
-    for spec in FUSED:
-        for _, fields in SHAPES:
-            specs.update(_pipeline(spec, _problem(spec.io, **fields)).values())
-    host_cache.build(sorted(specs, key=lambda s: s.name), folder)
-    return folder
+    plans = ((s, _problem(s.io, **fields)) for s in FUSED for _, fields in SHAPES)
+    return _built(tmp_path_factory.mktemp("fused-cache"), plans)
 
 
 def _rng(text: str) -> np.random.Generator:
@@ -343,15 +347,13 @@ def test_the_pipelined_held_kernel_is_the_one_block_kernel_bit_for_bit(
 @pytest.fixture(scope="module")
 def chain_root(tmp_path_factory):
     """One host cache of the pipelined kernels, their twins, K1 and K2a for MANY_BLOCKS."""
-    folder = tmp_path_factory.mktemp("chain-cache")
-    specs = set()
-    for spec in CHAINED:
-        for _, fields in MANY_BLOCKS:
-            problem = _problem(spec.io, **fields)
-            for s in (spec, _one_block_twin(spec)):
-                specs.update(_pipeline(s, problem).values())
-    host_cache.build(sorted(specs, key=lambda s: s.name), folder)
-    return folder
+    plans = (
+        (s, _problem(spec.io, **fields))
+        for spec in CHAINED
+        for _, fields in MANY_BLOCKS
+        for s in (spec, _one_block_twin(spec))
+    )
+    return _built(tmp_path_factory.mktemp("chain-cache"), plans)
 
 
 def test_held_budget_with_the_transforms_on_the_mma():
