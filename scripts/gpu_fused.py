@@ -8,6 +8,7 @@
                                                           # vs cuDNN on public layers
     python3 scripts/gpu_fused.py sanitize  # one small fused plan (run under compute-sanitizer)
     python3 scripts/gpu_fused.py profile LAYER SPEC  # one layer's fused plan, twice (for ncu)
+    python3 scripts/gpu_fused.py resident [PART]  # pipelined KF specs on a grid of SMs workgroups
     python3 scripts/gpu_fused.py epilogue [fp16|bf16]  # bias + ReLU: dispatch's plan with and
                                                        # without, the chunked kernel, cuDNN
 
@@ -21,6 +22,7 @@ import math
 import os
 import sys
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from wino import grid  # noqa: E402
 from wino.builder import builder  # noqa: E402
 from wino.geometry import TileGrid  # noqa: E402
-from wino.launch import stage_launch  # noqa: E402
+from wino.launch import spread, stage_launch  # noqa: E402
 from wino.pick import default_fused_specs, default_stage_specs, fused_pipeline  # noqa: E402
 from wino.problem import Problem  # noqa: E402
 from wino.refusals import Refused  # noqa: E402
@@ -427,6 +429,57 @@ def sanitize(contains: str = "") -> None:
         print(f"sanitize: ran {spec.name} on {problem.label()}")
 
 
+def _resized(plan, workgroups: int):
+    """The plan with each pipelined KF launch re-sized to min(tile blocks, workgroups)
+    workgroups (``wino.launch.spread``): what a grid sized at run time would run."""
+    for steps in plan.chunk_steps.values():
+        for i, step in enumerate(steps):
+            spec = plan.specs.get(step.stage)
+            if getattr(spec, "chain", 0):
+                steps[i] = replace(step, launch=spread(step.launch, spec.tiles, workgroups))
+    return plan
+
+
+def resident(contains: str = "_l12") -> None:
+    """Each pipelined KF spec whose name holds ``contains`` with its grid re-sized to the
+    device's SMs and to twice that (one workgroup an SM fits), against its one-block twin and
+    cuDNN, U cached, per layer it fits, fp16 and bf16 (the experiment behind docs/FUSED.md's
+    "a grid sized at run time")."""
+    import cupy
+    import torch
+
+    from wino.bench.compare import configure
+    from wino.bench.timing import CupyGraphTimer, Settings, TorchGraphTimer
+    from wino.runtime.plan import clear_plan_cache
+
+    configure(torch)
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    print(f"resident: {torch.cuda.get_device_name()}, {sms} SMs")
+    settings = Settings(warmup=5, repeats=20)
+    timer, ttimer = CupyGraphTimer(settings), TorchGraphTimer(settings)
+    for spec in (s for s in FUSED if s.chain and _named(s, contains)):
+        twin = spec.replace(extra={**dict(spec.extra), "chain": 0})
+        for label, fields in LAYERS:
+            problem = _layer(fields, spec.io)
+            if not _fits(spec, problem):
+                continue
+            _, _, xt, wt = _device_inputs(problem, label)
+            row = []
+            for s, workgroups in ((twin, 0), (spec, sms), (spec, 2 * sms)):
+                clear_plan_cache()  # a fresh plan: its launches are re-sized below
+                plan = dispatch(
+                    problem, target="cuda", cache_root=ROOT, specs=_pipeline(s, problem)
+                )
+                t, _ = _timed_plan(
+                    _resized(plan, workgroups) if workgroups else plan, xt, wt, timer
+                )
+                row.append(f"{'one-block' if not workgroups else f'GX <= {workgroups}'} {t:.1f}")
+            t_cudnn = ttimer.time_us(_cudnn_issue(torch, xt, wt))
+            print(f"{spec.io.short} {label}: " + " | ".join(row) + f" | cudnn {t_cudnn:.1f}")
+            del xt, wt
+            cupy.get_default_memory_pool().free_all_blocks()
+
+
 def profile(layer: str, spec_name: str) -> None:
     """The layer's fused plan with the named KF spec, U cached, run twice (ncu profiles one
     launch: ``ncu -k regex:kf_ --launch-skip 1 -c 1``)."""
@@ -452,6 +505,7 @@ if __name__ == "__main__":
         "check": check,
         "time": time_layers,
         "sanitize": sanitize,
+        "resident": resident,
         "profile": profile,
         "epilogue": epilogue,
     }

@@ -10,6 +10,7 @@ choice and explain; refusals by rule id."""
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,13 +19,13 @@ from tests import host_cache
 from wino import grid
 from wino.codegen.render import render
 from wino.fused import FusedBudget
-from wino.launch import stage_launch
+from wino.launch import spread, stage_launch
 from wino.pick import default_fused_specs, fused_pipeline
 from wino.problem import Problem
 from wino.refusals import Refused, spec_refusal
 from wino.runtime import conv2d_reference, dispatch, relative_error
 from wino.runtime.arrays import numpy_dtype
-from wino.runtime.plan import _pick_algorithm
+from wino.runtime.plan import _pick_algorithm, clear_plan_cache
 from wino.runtime.verify import bound_for
 from wino.specs import RtFusedSpec
 from wino.vocab import DType, Epilogue, Prescale, Stage, Target, Tile
@@ -342,6 +343,33 @@ def test_the_pipelined_held_kernel_is_the_one_block_kernel_bit_for_bit(
         assert error <= bound_for(s.tile, s.io, s.mdtype), (s.name, error)
         ys.append(y.view(np.uint16))
     assert np.array_equal(*ys)
+
+
+@pytest.mark.parametrize("workgroups", [1, 4, 5, 99])
+def test_the_pipelined_held_kernel_takes_any_grid(workgroups, chain_root):
+    """``wino.launch.spread``: the same launch on 1, 4, 5 or every one of its 6 tile blocks'
+    workgroups (grid x and GX re-sized together; 5 leaves one workgroup two blocks, the rest
+    one) writes the one-block kernel's y bit for bit: a grid sized at run time is free to pick
+    any count."""
+    spec = next(
+        s for s in CHAINED if s.io is DType.FP16 and s.chain == max(x.chain for x in CHAINED)
+    )
+    shape_id, fields = MANY_BLOCKS[0]
+    problem = _problem(spec.io, **fields)
+    ys = []
+    for s in (spec, _one_block_twin(spec)):
+        clear_plan_cache()  # a plan of its own: its launch is re-sized below
+        plan = dispatch(problem, target="c", cache_root=chain_root, specs=_pipeline(s, problem))
+        if s.chain:
+            (step,) = [t for t in plan.steps if t.stage is Stage.FUSED]
+            spread_launch = spread(step.launch, spec.tiles, workgroups)
+            assert spread_launch.grid[0] == spread_launch.kernargs["GX"] == min(workgroups, 6)
+            plan.steps[plan.steps.index(step)] = replace(step, launch=spread_launch)
+        ys.append(run_poisoned(plan, shape_id)[0].view(np.uint16))
+    clear_plan_cache()
+    assert np.array_equal(*ys)
+    with pytest.raises(ValueError, match="no kernarg GX"):
+        spread(stage_launch(_pipeline(spec, problem)[Stage.FILTER], problem), 32, 4)  # K1
 
 
 @pytest.fixture(scope="module")

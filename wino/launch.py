@@ -19,7 +19,7 @@ Workspace layouts (xd = transformed dtype, acc = accumulator dtype):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .geometry import INDEX_LIMIT, TileGrid, aligned, elems, tiles_per_image
@@ -57,6 +57,17 @@ def stage_launch(spec: StageSpec, problem: Problem, *, tile_scale: bool = True) 
         tile_scale = True
     key = (spec, problem, tile_scale)
     return kept(_LAUNCHES, key, lambda: _stage_launch(spec, problem, tile_scale))
+
+
+def spread(launch: Launch, tiles: int, workgroups: int) -> Launch:
+    """A pipelined KF launch (axis chain: kernarg GX) re-sized to min(tile blocks, workgroups)
+    workgroups, grid x and GX both: workgroup bx runs the tile blocks bx, bx + GX, ..., its
+    share derived from GX in the kernel, so any GX covers every block once. (A baked binary
+    holds the GX it was baked with: re-size only the shape-generic one.)"""
+    if "GX" not in launch.kernargs:
+        raise ValueError("spread: not a KF launch (no kernarg GX)")
+    n = max(1, min(workgroups, -(-launch.kernargs["P"] // tiles)))
+    return replace(launch, grid=(n, *launch.grid[1:]), kernargs={**launch.kernargs, "GX": n})
 
 
 #: Launches that fit, by (spec, problem, tile_scale), ``refusals.kept``.
