@@ -436,7 +436,7 @@ def _resized(plan, workgroups: int):
         for i, step in enumerate(steps):
             spec = plan.specs.get(step.stage)
             if getattr(spec, "chain", 0):
-                steps[i] = replace(step, launch=spread(step.launch, spec.tiles, workgroups))
+                steps[i] = replace(step, launch=spread(step.launch, spec, workgroups))
     return plan
 
 

@@ -362,14 +362,16 @@ def test_the_pipelined_held_kernel_takes_any_grid(workgroups, chain_root):
         plan = dispatch(problem, target="c", cache_root=chain_root, specs=_pipeline(s, problem))
         if s.chain:
             (step,) = [t for t in plan.steps if t.stage is Stage.FUSED]
-            spread_launch = spread(step.launch, spec.tiles, workgroups)
+            spread_launch = spread(step.launch, spec, workgroups)
             assert spread_launch.grid[0] == spread_launch.kernargs["GX"] == min(workgroups, 6)
             plan.steps[plan.steps.index(step)] = replace(step, launch=spread_launch)
         ys.append(run_poisoned(plan, shape_id)[0].view(np.uint16))
     clear_plan_cache()
     assert np.array_equal(*ys)
-    with pytest.raises(ValueError, match="no kernarg GX"):
-        spread(stage_launch(_pipeline(spec, problem)[Stage.FILTER], problem), 32, 4)  # K1
+    # the one-block kernel reads its tile block from bx alone; K1 has no GX
+    for other in (_one_block_twin(spec), _pipeline(spec, problem)[Stage.FILTER]):
+        with pytest.raises(ValueError, match=f"spread: {other.name} is not a pipelined KF"):
+            spread(stage_launch(other, problem), other, 4)
 
 
 @pytest.fixture(scope="module")

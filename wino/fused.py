@@ -52,6 +52,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .specs import RtFusedSpec
+from .vocab import Prescale
 
 MMA_M, MMA_N, MMA_K = 16, 8, 16  # mma.sync m16n8k16
 PAD = 8  # elements of row padding in Xs and Us
@@ -110,7 +111,7 @@ class FusedBudget:
             slots = spec.warps * slot_elems * spec.io.itemsize
             table = -(-(xs * spec.mdtype.itemsize + slots) // 16) * 16
             tpm = table
-            if chain and spec.prescale.value == "fused":  # the partial maxima after V
+            if chain and spec.prescale is Prescale.FUSED:  # the partial maxima after V
                 table += tm * MAXIMA_PARTIALS * 4
             kpass = getattr(spec, "kpass", 0) or kb
             acc = tm * kpass // 32 if per_warp else 0

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .geometry import INDEX_LIMIT, TileGrid, aligned, elems, tiles_per_image
+from .geometry import INDEX_LIMIT, TileGrid, aligned, ceil_div, elems, tiles_per_image
 from .kinds import KINDS, kind_of
 from .magic import magic_div
 from .problem import Problem
@@ -59,14 +59,15 @@ def stage_launch(spec: StageSpec, problem: Problem, *, tile_scale: bool = True) 
     return kept(_LAUNCHES, key, lambda: _stage_launch(spec, problem, tile_scale))
 
 
-def spread(launch: Launch, tiles: int, workgroups: int) -> Launch:
-    """A pipelined KF launch (axis chain: kernarg GX) re-sized to min(tile blocks, workgroups)
-    workgroups, grid x and GX both: workgroup bx runs the tile blocks bx, bx + GX, ..., its
-    share derived from GX in the kernel, so any GX covers every block once. (A baked binary
-    holds the GX it was baked with: re-size only the shape-generic one.)"""
-    if "GX" not in launch.kernargs:
-        raise ValueError("spread: not a KF launch (no kernarg GX)")
-    n = max(1, min(workgroups, -(-launch.kernargs["P"] // tiles)))
+def spread(launch: Launch, spec: StageSpec, workgroups: int) -> Launch:
+    """A pipelined KF launch (``spec`` has chain > 0) re-sized to min(tile blocks, workgroups)
+    workgroups, grid x and the kernarg GX both: workgroup bx runs the tile blocks bx, bx + GX,
+    ..., its share derived from GX in the kernel, so any GX covers every block once. Any
+    other kernel reads its block from bx alone (re-sized, it would skip blocks): ValueError.
+    (A baked binary holds the GX it was baked with: re-size only the shape-generic one.)"""
+    if not getattr(spec, "chain", 0) or "GX" not in launch.kernargs:
+        raise ValueError(f"spread: {spec.name} is not a pipelined KF kernel (axis chain > 0)")
+    n = max(1, min(workgroups, ceil_div(launch.kernargs["P"], spec.tiles)))
     return replace(launch, grid=(n, *launch.grid[1:]), kernargs={**launch.kernargs, "GX": n})
 
 
