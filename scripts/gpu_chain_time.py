@@ -27,25 +27,29 @@ BATCHES, REPLAYS = 25, 20
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def graph_us(call) -> float:
-    """Median GPU time of one ``call`` captured into a CUDA graph (microseconds)."""
+def graph_us(calls, batches: int = BATCHES, replays: int = REPLAYS) -> float:
+    """Median GPU time of one of ``calls`` (callables, e.g. one per operand set) when all are
+    captured into one CUDA graph and replayed (microseconds per call)."""
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         for _ in range(3):
-            call()
+            for call in calls:
+                call()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
-        call()
+        for call in calls:
+            call()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    graph.replay()
     samples = []
-    for _ in range(BATCHES):
+    for _ in range(batches):
         start.record()
-        for _ in range(REPLAYS):
+        for _ in range(replays):
             graph.replay()
         end.record()
         end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / REPLAYS)
+        samples.append(start.elapsed_time(end) * 1e3 / (replays * len(calls)))
     return statistics.median(samples)
 
 
@@ -60,13 +64,13 @@ def layer(line: str, dtype: str) -> str:
     U = plan.transform_filter(w)
     backend = plan.backend()
     ws = backend.raw_workspace(plan, None, backend.context(x, None))
-    wino_us = graph_us(lambda: plan.run(x, U=U, y=y, workspace=ws))
+    wino_us = graph_us([lambda: plan.run(x, U=U, y=y, workspace=ws)])
     xc, wc = (
         x.permute(0, 3, 1, 2),
         w.permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last),
     )
     torch.backends.cudnn.benchmark = True
-    cudnn_us = graph_us(lambda: torch.nn.functional.conv2d(xc, wc, padding=(p.pad_h, p.pad_w)))
+    cudnn_us = graph_us([lambda: torch.nn.functional.conv2d(xc, wc, padding=(p.pad_h, p.pad_w))])
     ref = torch.nn.functional.conv2d(xc.float(), wc.float(), padding=(p.pad_h, p.pad_w))
     err = (y.permute(0, 3, 1, 2).float() - ref).abs().max().item() / ref.abs().max().item()
     return (

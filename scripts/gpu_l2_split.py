@@ -17,20 +17,22 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_chain_time import graph_us  # noqa: E402  (the same graph replay timing)
 
 import wino  # noqa: E402
 from wino.runtime.plan import dispatch  # noqa: E402
 
 ROOT = Path(os.environ["WINO_BUILD"]) if "WINO_BUILD" in os.environ else None  # None: build/
 CASES = Path(__file__).resolve().parents[1] / "cases/public.txt"
-BATCHES, REPLAYS = 15, 10
+BATCHES, REPLAYS = 15, 10  # per timing: 15 batches of 10 replays of the R calls
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 PREFIX = {"fp16": "convfp16", "bf16": "convbfp16"}  # MIOpenDriver's names
 
@@ -39,30 +41,6 @@ def public_lines() -> list[str]:
     lines = [ln.strip() for ln in CASES.read_text().splitlines()]
     lines = [ln for ln in lines if ln.startswith("conv ") and "-y 3" in ln and "-u 1" in ln]
     return [ln for ln in lines if " -c 3 " not in ln]
-
-
-def graph_us(calls) -> float:
-    """Median GPU time per call of ``calls`` (one call per operand set) replayed as a graph."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for call in calls:
-            call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for call in calls:
-            call()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    graph.replay()
-    samples = []
-    for _ in range(BATCHES):
-        start.record()
-        for _ in range(REPLAYS):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / (REPLAYS * len(calls)))
-    return statistics.median(samples)
 
 
 def splits_of(n: int) -> list[int]:
@@ -112,7 +90,7 @@ class Layer:
             (lambda x=x, y=y: plan.run(x, U=U, y=y, workspace=ws))
             for x, y in zip(self.xs, self.ys, strict=True)
         ]
-        us = graph_us(calls)
+        us = graph_us(calls, BATCHES, REPLAYS)
         torch.cuda.synchronize()
         return us, self.error()
 
@@ -124,7 +102,7 @@ class Layer:
             (lambda x=x: torch.nn.functional.conv2d(self.nchw(x), wc, padding=(p.pad_h, p.pad_w)))
             for x in self.xs
         ]
-        return graph_us(calls)
+        return graph_us(calls, BATCHES, REPLAYS)
 
 
 def run(line: str, dtype: str, l2_bytes: int, splits: list[int] | None) -> None:
