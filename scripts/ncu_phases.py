@@ -1,0 +1,105 @@
+"""Per-phase instruction and stall-sample shares of one kernel from Nsight Compute's SASS source
+page: the kernel's SASS in address order, cut into phases at each BAR.SYNC (a workgroup barrier
+closes a phase of the fused kernels), with each phase's share of the executed warp instructions,
+of the warp stall samples and of each stall reason's samples, and its most executed opcodes.
+
+    ncu --section SourceCounters --section WarpStateStats --import-source yes \\
+        --clock-control none -k regex:kf_ --launch-skip 1 -c 1 -o /tmp/r \\
+        python3 scripts/gpu_fused.py profile vgg16_conv1_2 <KF spec>
+    ncu -i /tmp/r.ncu-rep --page source --csv --print-source sass > sass.csv
+    python3 scripts/ncu_phases.py sass.csv [--names table,maxima,...]
+
+Runs anywhere (no GPU, no ncu): it reads the CSV only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import sys
+
+STALLS = (
+    "long_sb",
+    "wait",
+    "barrier",
+    "not_selected",
+    "selected",
+    "math",
+    "mio",
+    "short_sb",
+    "lg",
+    "dispatch",
+    "branch_resolving",
+)
+EXECUTED, SAMPLES = "Instructions Executed", "Warp Stall Sampling (All Samples)"
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def read_phases(path: str) -> list[collections.Counter]:
+    """One Counter per phase: 'executed', 'samples', 'stall_<reason>', 'op:<opcode>'."""
+    rows = list(csv.reader(open(path, encoding="utf-8")))
+    at = next(i for i, row in enumerate(rows) if row and row[0] == "Address")
+    head = rows[at]
+    # the Source column may hold unescaped quotes: read the metrics from the row's end
+    back = {name: i - len(head) for i, name in enumerate(head)}
+    phases = [collections.Counter()]
+    for row in rows[at + 1 :]:
+        if len(row) < len(head):
+            continue
+        text = row[1].split()
+        opcode = (text[1] if text and text[0].startswith("@") else text[0]) if text else ""
+        phase = phases[-1]
+        executed = _number(row[back[EXECUTED]])
+        phase["executed"] += executed
+        phase["samples"] += _number(row[back[SAMPLES]])
+        phase["op:" + opcode.split(".")[0]] += executed
+        for stall in STALLS:
+            phase["stall_" + stall] += _number(row[back["stall_" + stall]])
+        if opcode.startswith("BAR.SYNC") or opcode == "BAR":
+            phases.append(collections.Counter())
+    return [p for p in phases if p["executed"] or p["samples"]]
+
+
+def report(phases: list[collections.Counter], names: list[str]) -> str:
+    executed = sum(p["executed"] for p in phases) or 1.0
+    samples = sum(p["samples"] for p in phases) or 1.0
+    lines = [
+        "phase | instructions % | stall samples % | "
+        + " | ".join(STALLS)
+        + " (each: % of all samples)",
+        "|".join(["---"] * (3 + len(STALLS))),
+    ]
+    for i, p in enumerate(phases):
+        name = names[i] if i < len(names) else f"phase {i}"
+        stalls = " | ".join(f"{100 * p['stall_' + s] / samples:.1f}" for s in STALLS)
+        lines.append(
+            f"{name} | {100 * p['executed'] / executed:.1f} | {100 * p['samples'] / samples:.1f}"
+            f" | {stalls}"
+        )
+    lines.append("")
+    for i, p in enumerate(phases):
+        name = names[i] if i < len(names) else f"phase {i}"
+        ops = sorted(((v, k[3:]) for k, v in p.items() if k.startswith("op:")), reverse=True)
+        shares = ", ".join(f"{op} {100 * v / executed:.1f}" for v, op in ops[:10])
+        lines.append(f"{name}: {shares}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("csv", help="ncu --page source --csv --print-source sass output")
+    parser.add_argument("--names", default="", help="comma-separated phase names, in order")
+    args = parser.parse_args()
+    print(report(read_phases(args.csv), [n for n in args.names.split(",") if n]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
