@@ -6,6 +6,7 @@ not pass as a skip."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -37,6 +38,20 @@ def public_lines() -> list[str]:
 @pytest.fixture(scope="session")
 def public_problems(public_lines) -> list[Problem]:
     return [Problem.from_miopen(line) for line in public_lines]
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """``load_script(name)``: scripts/<name>.py imported as a module (the scripts folder is no
+    package), for tests of the scripts' pure parts."""
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
 
 
 #: Skip reasons that stay skips in strict mode: the GPU tests off the GPU machine.

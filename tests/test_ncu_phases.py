@@ -6,21 +6,14 @@ shift the metrics."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import io
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "ncu_phases.py"
-
 
 @pytest.fixture(scope="module")
-def phases():
-    spec = importlib.util.spec_from_file_location("ncu_phases", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def phases(load_script):
+    return load_script("ncu_phases")
 
 
 def _csv(tmp_path, module, instructions) -> str:

@@ -4,12 +4,8 @@ apart, and a log without a summary or without the run's last line did not finish
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_sanitize.py"
 RAN = "ran 30 plans, 62 distinct kernels\n"
 CUBLAS_RACE = (
     "========= Error: Race reported between Read access at nvjet_sm90_hss_8x64_TNN+0xb00\n"
@@ -22,11 +18,8 @@ WINO_READ = (
 
 
 @pytest.fixture(scope="module")
-def sanitize():
-    spec = importlib.util.spec_from_file_location("gpu_sanitize", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def sanitize(load_script):
+    return load_script("gpu_sanitize")
 
 
 @pytest.mark.parametrize(
