@@ -18,6 +18,7 @@ import argparse
 import math
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -27,20 +28,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_chain_time import graph_us  # noqa: E402  (the same graph replay timing)
 
-import wino  # noqa: E402
+from wino.bench.cases import problems_from  # noqa: E402
+from wino.launch import workspace_bytes  # noqa: E402
+from wino.problem import Problem  # noqa: E402
 from wino.runtime.plan import dispatch  # noqa: E402
+from wino.vocab import DType  # noqa: E402
 
 ROOT = Path(os.environ["WINO_BUILD"]) if "WINO_BUILD" in os.environ else None  # None: build/
 CASES = Path(__file__).resolve().parents[1] / "cases/public.txt"
 BATCHES, REPLAYS = 15, 10  # per timing: 15 batches of 10 replays of the R calls
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-PREFIX = {"fp16": "convfp16", "bf16": "convbfp16"}  # MIOpenDriver's names
+TORCH = {DType.FP16: torch.float16, DType.BF16: torch.bfloat16}
 
 
-def public_lines() -> list[str]:
-    lines = [ln.strip() for ln in CASES.read_text().splitlines()]
-    lines = [ln for ln in lines if ln.startswith("conv ") and "-y 3" in ln and "-u 1" in ln]
-    return [ln for ln in lines if " -c 3 " not in ln]
+def public_problems() -> list[Problem]:
+    """The public layers with C, K >= 64, 3x3 stride 1 (those of scripts/gpu_engines.sh)."""
+    problems, _ = problems_from([CASES])
+    return [
+        p
+        for p in problems
+        if (p.R, p.S, p.stride_h, p.stride_w) == (3, 3, 1, 1) and min(p.C, p.K) >= 64
+    ]
 
 
 def splits_of(n: int) -> list[int]:
@@ -52,17 +59,13 @@ def splits_of(n: int) -> list[int]:
 
 
 def chunk_vm_mb(plan) -> float:
-    total = 0
-    for name, (shape, dtype) in plan.layout().items():
-        if name in ("V", "M"):
-            total += math.prod(shape) * dtype.itemsize
-    return total / 1e6
+    return workspace_bytes({k: v for k, v in plan.layout().items() if k in ("V", "M")}) / 1e6
 
 
 class Layer:
-    def __init__(self, line: str, dtype: str, l2_bytes: int):
-        self.p = wino.Problem.from_miopen(line.replace("conv ", f"{PREFIX[dtype]} ", 1))
-        p, dt = self.p, DTYPES[dtype]
+    def __init__(self, problem: Problem, l2_bytes: int):
+        self.p = p = problem
+        dt = TORCH[p.dtype]
         per_set = (p.N * p.H * p.W * p.C + p.N * p.Ho * p.Wo * p.K) * 2
         self.sets = max(1, math.ceil(2 * l2_bytes / per_set))
         self.xs = [torch.randn(p.N, p.H, p.W, p.C, device="cuda").to(dt) for _ in range(self.sets)]
@@ -105,17 +108,16 @@ class Layer:
         return graph_us(calls, BATCHES, REPLAYS)
 
 
-def run(line: str, dtype: str, l2_bytes: int, splits: list[int] | None) -> None:
-    layer = Layer(line, dtype, l2_bytes)
-    p = layer.p
+def run(p: Problem, l2_bytes: int, splits: list[int] | None) -> None:
+    layer = Layer(p, l2_bytes)
     cudnn = layer.cudnn_us()
-    label = f"N{p.N} C{p.C} {p.H}x{p.W} K{p.K} {dtype}"
+    label = f"N{p.N} C{p.C} {p.H}x{p.W} K{p.K} {p.dtype.short}"
     default = dispatch(p, target="cuda", cache_root=ROOT)
     us, err = layer.wino_us(default)
-    kind = default.explain().split(":")[0]
     print(
-        f"{label} | default {kind} split {default.batch_split} | {chunk_vm_mb(default):7.1f} MB | "
-        f"{us:8.1f} us | cuDNN {cudnn:7.1f} | {cudnn / us:5.3f}x | err {err:.2e}",
+        f"{label} | default {default.kind} split {default.batch_split} | "
+        f"{chunk_vm_mb(default):7.1f} MB | {us:8.1f} us | cuDNN {cudnn:7.1f} | "
+        f"{cudnn / us:5.3f}x | err {err:.2e}",
         flush=True,
     )
     for s in splits or splits_of(p.N):
@@ -140,9 +142,10 @@ def main() -> None:
     l2 = props.L2_cache_size
     print(f"{props.name}, L2 {l2 / 2**20:.0f} MiB, {props.multi_processor_count} SMs")
     splits = [int(s) for s in args.splits.split(",")] if args.splits else None
+    problems = [Problem.from_miopen(line) for line in args.lines] or public_problems()
     for dtype in args.dtype.split(","):
-        for line in args.lines or public_lines():
-            run(line, dtype, l2, splits)
+        for p in problems:
+            run(replace(p, dtype=DType(dtype)), l2, splits)
 
 
 if __name__ == "__main__":

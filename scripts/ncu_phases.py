@@ -70,25 +70,24 @@ def read_phases(path: str) -> list[collections.Counter]:
 def report(phases: list[collections.Counter], names: list[str]) -> str:
     executed = sum(p["executed"] for p in phases) or 1.0
     samples = sum(p["samples"] for p in phases) or 1.0
+    labels = [names[i] if i < len(names) else f"phase {i}" for i in range(len(phases))]
     lines = [
         "phase | instructions % | stall samples % | "
         + " | ".join(STALLS)
         + " (each: % of all samples)",
         "|".join(["---"] * (3 + len(STALLS))),
     ]
-    for i, p in enumerate(phases):
-        name = names[i] if i < len(names) else f"phase {i}"
+    for label, p in zip(labels, phases, strict=True):
         stalls = " | ".join(f"{100 * p['stall_' + s] / samples:.1f}" for s in STALLS)
         lines.append(
-            f"{name} | {100 * p['executed'] / executed:.1f} | {100 * p['samples'] / samples:.1f}"
+            f"{label} | {100 * p['executed'] / executed:.1f} | {100 * p['samples'] / samples:.1f}"
             f" | {stalls}"
         )
     lines.append("")
-    for i, p in enumerate(phases):
-        name = names[i] if i < len(names) else f"phase {i}"
+    for label, p in zip(labels, phases, strict=True):
         ops = sorted(((v, k[3:]) for k, v in p.items() if k.startswith("op:")), reverse=True)
         shares = ", ".join(f"{op} {100 * v / executed:.1f}" for v, op in ops[:10])
-        lines.append(f"{name}: {shares}")
+        lines.append(f"{label}: {shares}")
     return "\n".join(lines)
 
 
