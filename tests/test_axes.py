@@ -104,6 +104,7 @@ def test_the_repo_declares_its_axes_and_rejects_unknown():
         ("kpass", ("kf",), 0),
         ("tcx", ("kf",), 0),
         ("xbits", ("kf", "k2"), 32),
+        ("obits", ("kf",), 32),
         ("chain", ("kf",), 0),
         ("min_blocks", ("kf",), 0),
     ]

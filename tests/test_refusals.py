@@ -162,6 +162,11 @@ SPEC_BREAKERS = {
         RtFusedSpec(io="bf16", extra={"xbits": 16}),
         "needs fp16 io (io bf16",
     ),
+    "obits_invalid": (RtFusedSpec(extra={"obits": 8}), "obits 8: the output transform"),
+    "fused_obits_needs_held_fp16": (
+        RtFusedSpec(extra={"obits": 16}),
+        "(hold 0, tcx 0: the held kernel's transform on the CUDA cores)",
+    ),
     "fused_hold_kblock": (
         RtFusedSpec(kblock=128, cchunk=32, extra={"hold": 64}),
         "kblock 128 is past hold 64",
@@ -277,6 +282,8 @@ SPEC_REPAIRS = {
     "fused_tcx_inexact": dict(io="fp16"),
     "xbits_invalid": dict(extra={"xbits": 16}),
     "fused_xbits_needs_scaled_fp16": dict(io="fp16"),
+    "obits_invalid": dict(extra={"obits": 32}),
+    "fused_obits_needs_held_fp16": dict(extra={}),
     "fused_hold_kblock": dict(kblock=64),
     "fused_hold_shape": dict(cchunk=32),
     "fused_kpass_invalid": dict(extra={"hold": 64, "kpass": 32}),

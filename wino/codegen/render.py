@@ -6,6 +6,7 @@ hash is its identity in the cache and in the golden shard.
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from pathlib import Path
 
@@ -91,6 +92,31 @@ def _input_pair_lines(spec: StageSpec, renderer) -> list[str]:
     return pair_lines(lines, renderer.pair_ops, fp16_bits)
 
 
+def _output_pairs16(spec: StageSpec, renderer) -> dict[str, object]:
+    """obits 16 (KF, held, tcx 0; fused2d.j2's out_item): the output transform on fp16 pairs,
+    ``win[a]`` the pair of two output channels' M at bin a, then ``win[o]`` the pair at output
+    o; M first times 2^-shift, the smallest power of two that keeps the transform's largest
+    growth (F4x4: 19 x 19 = 361, shift 9) times fp16's largest M inside fp16's range."""
+    if getattr(spec, "obits", 32) != 16:
+        return {"output_pair_lines16": [], "out16_shift": 0, "out16_bits": 0}
+    tile = spec.tile
+    at_h, at_w = tile_matrices(tile.mh, tile.mw)["output"]
+    growth = max(sum(map(abs, row)) for row in at_h) * max(sum(map(abs, row)) for row in at_w)
+    lines = apply_2d(
+        at_h,
+        at_w,
+        lambda a, b: f"win[{a * tile.aw + b} + v]",
+        lambda a, b: f"win[{a * tile.mw + b} + v]",
+        "t",
+    )
+    shift = math.ceil(math.log2(growth))
+    return {
+        "output_pair_lines16": pair_lines(lines, renderer.pair_ops, fp16_bits),
+        "out16_shift": shift,
+        "out16_bits": fp16_bits(2.0**-shift),
+    }
+
+
 def fp16_bits(value: float) -> int:
     """A coefficient's fp16 pattern: every tile's input-transform coefficients are exact in
     fp16 (tests/test_transforms.py renders each tile's pair form), so a render never rounds one."""
@@ -142,6 +168,7 @@ def render(
         fused=budget,
         **_held_matrices(spec, budget),
         input_pair_lines=_input_pair_lines(spec, renderer),
+        **_output_pairs16(spec, renderer),
         io=spec.io,
         xdtype=getattr(spec, "xdtype", None),
         accdtype=getattr(spec, "accdtype", None),
