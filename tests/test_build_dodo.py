@@ -25,12 +25,13 @@ DODO = REPO / "dodo.py"
 STAGES = """\
 format: 1
 axes:  # the repo's: its refusals.yaml (copied below) reads stream, hold, kpass, tcx, xbits,
-  # chain, min_blocks
+  # obits, chain, min_blocks
   - {name: stream, stages: [k2], type: int, ctype: int, suffix: "s{}", default: 0}
   - {name: hold, stages: [kf], type: int, ctype: int, suffix: "h{}", default: 0}
   - {name: kpass, stages: [kf], type: int, ctype: int, suffix: "q{}", default: 0}
   - {name: tcx, stages: [kf], type: int, ctype: int, suffix: "t{}", default: 0}
   - {name: xbits, stages: [kf, k2], type: int, ctype: int, suffix: "x{}", default: 32}
+  - {name: obits, stages: [kf], type: int, ctype: int, suffix: "o{}", default: 32}
   - {name: chain, stages: [kf], type: int, ctype: int, suffix: "l{}", default: 0}
   - {name: min_blocks, stages: [kf], type: int, ctype: int, suffix: "b{}", default: 0}
 stages:
