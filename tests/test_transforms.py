@@ -5,11 +5,12 @@ fewer operations than one sum per row."""
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from wino.codegen.render import fp16_bits
+from wino.codegen.render import _output_pairs16, fp16_bits
 from wino.codegen.transforms import (
     PairOps,
     apply_2d,
@@ -189,10 +190,45 @@ def test_pair_form_is_the_input_transform(tile):
     fp32 = apply_2d(left, right, window, window, "t")
     pairs = pair_lines(fp32, PYTHON_PAIRS, fp16_bits)
     d = np.random.default_rng(rows * cols).integers(-64, 64, size=(rows, cols))
+    got, ops = _run_pairs(pairs, d)
+    want = np.array(left, dtype=float) @ d @ np.array(right, dtype=float).T
+    np.testing.assert_array_equal(got[: rows * cols].reshape(rows, cols), want)
+    assert ops  # the statements ran through the pair operations
+    if tile == Tile(4, 4):  # 12 1-D passes of 13 operations (the module's count); negations free
+        calls = {c for line in pairs for c in _calls(line) if not c.startswith("_op('neg'")}
+        assert len(calls) == 12 * 13
+
+
+@pytest.mark.parametrize("tile", list(TILES), ids=lambda t: t.name)
+def test_pair_form_is_the_output_transform(tile):
+    """The held kernel's output transform on fp16 pairs (axis obits 16, render.py's
+    _output_pairs16): its statements, read exactly, give At M A for every tile, with every
+    coefficient exact in fp16, and the pre-scale 2^-shift keeps the largest growth times
+    fp16's largest M inside fp16's range."""
+    spec = SimpleNamespace(tile=tile, obits=16)
+    rendered = _output_pairs16(spec, SimpleNamespace(pair_ops=PYTHON_PAIRS))
+    left, right = tile_matrices(tile.mh, tile.mw)["output"]
+    m = np.random.default_rng(tile.bins).integers(-64, 64, size=(tile.ah, tile.aw))
+    got, ops = _run_pairs(rendered["output_pair_lines16"], m)
+    want = np.array(left, dtype=float) @ m @ np.array(right, dtype=float).T
+    np.testing.assert_array_equal(got[: tile.mh * tile.mw].reshape(tile.mh, tile.mw), want)
+    assert ops
+    growth = max(sum(map(abs, r)) for r in left) * max(sum(map(abs, r)) for r in right)
+    assert (
+        growth * 65504 * 2.0 ** -rendered["out16_shift"]
+        <= 65504
+        < growth * 65504 * 2.0 ** (1 - rendered["out16_shift"])
+    )
+    assert np.float16(2.0 ** -rendered["out16_shift"]).view(np.uint16) == rendered["out16_bits"]
+
+
+def _run_pairs(pairs: list[str], window: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """The pair statements read by Python (PYTHON_PAIRS, exact on small integers) over
+    ``win`` = the window's values: (win afterwards, the pair operations run)."""
     ops: list[str] = []
     env = {
-        "win": [float(v) for v in d.reshape(-1)],
-        "_op": lambda name, value: ops.append(name) or value,  # noqa: B023
+        "win": [float(v) for v in window.reshape(-1)],
+        "_op": lambda name, value: ops.append(name) or value,
         "_k": lambda bits: float(np.array(bits, dtype=np.uint16).view(np.float16)),
     }
     for line in pairs:
@@ -202,12 +238,7 @@ def test_pair_form_is_the_input_transform(tile):
             env["win"][int(target[4:-1])] = value
         else:
             env[target] = value
-    want = np.array(left, dtype=float) @ d @ np.array(right, dtype=float).T
-    np.testing.assert_array_equal(np.array(env["win"]).reshape(rows, cols), want)
-    assert ops  # the statements ran through the pair operations
-    if tile == Tile(4, 4):  # 12 1-D passes of 13 operations (the module's count); negations free
-        calls = {c for line in pairs for c in _calls(line) if not c.startswith("_op('neg'")}
-        assert len(calls) == 12 * 13
+    return np.array(env["win"]), ops
 
 
 def _calls(text: str) -> list[str]:

@@ -118,8 +118,9 @@ def _output_pairs16(spec: StageSpec, renderer) -> dict[str, object]:
 
 
 def fp16_bits(value: float) -> int:
-    """A coefficient's fp16 pattern: every tile's input-transform coefficients are exact in
-    fp16 (tests/test_transforms.py renders each tile's pair form), so a render never rounds one."""
+    """A coefficient's fp16 pattern: every tile's input- and output-transform coefficients are
+    exact in fp16 (tests/test_transforms.py renders each tile's pair forms), so a render never
+    rounds one."""
     return exact_bits(value, DType.FP16)
 
 
