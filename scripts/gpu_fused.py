@@ -47,7 +47,7 @@ ROOT = Path(os.environ.get("WINO_BUILD", "/tmp/wino-fused-build"))
 #: two-pass kernels with the output transform on fp16 pairs (axis obits 16).
 GRID_FUSED = tuple(s for s in grid.aot_stage_specs(Stage.FUSED) if s.epilogue is Epilogue.NONE)
 FUSED = GRID_FUSED + tuple(
-    s.replace(extra={**dict(s.extra), "obits": 16})
+    s.replace(obits=16)
     for s in GRID_FUSED
     if s.hold and s.io is DType.FP16 and s.tcx == 0 and s.kpass and not s.chain and not s.min_blocks
 )
@@ -467,7 +467,7 @@ def resident(contains: str = "_l12") -> None:
     settings = Settings(warmup=5, repeats=20)
     timer, ttimer = CupyGraphTimer(settings), TorchGraphTimer(settings)
     for spec in (s for s in FUSED if s.chain and _named(s, contains)):
-        twin = spec.replace(extra={**dict(spec.extra), "chain": 0})
+        twin = spec.replace(chain=0)
         for label, fields in LAYERS:
             problem = _layer(fields, spec.io)
             if not _fits(spec, problem):

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from wino import axes
-from wino.specs import RtOutputSpec, spec_from_fields
+from wino.specs import RtFusedSpec, RtOutputSpec, spec_from_fields
 
 REPO = Path(__file__).resolve().parents[1]
 AXIS = {
@@ -112,3 +112,15 @@ def test_the_repo_declares_its_axes_and_rejects_unknown():
         RtOutputSpec(extra={"out_scale": 3})
     with pytest.raises(ValueError, match="unknown field"):
         spec_from_fields("k4", {"out_scale": 3})
+
+
+def test_replace_takes_declared_axes_by_name():
+    """``replace(axis=value)`` merges into ``extra`` (defaults dropped, other axes kept), beside
+    the fields; an axis another stage declares is no field of this one."""
+    held = RtFusedSpec(extra={"hold": 64, "xbits": 16})
+    spec = held.replace(obits=16, warps=18)
+    assert spec.extra == (("hold", 64), ("xbits", 16), ("obits", 16)) and spec.warps == 18
+    assert spec.replace(obits=32) == held.replace(warps=18)  # the default: not in extra
+    assert held.replace(extra={"hold": 32}, obits=16).extra == (("hold", 32), ("obits", 16))
+    with pytest.raises(TypeError, match="stream"):
+        held.replace(stream=1)  # K2's axis

@@ -319,7 +319,7 @@ MANY_BLOCKS = [
 
 def _one_block_twin(spec: RtFusedSpec) -> RtFusedSpec:
     """The grid's held kernel the pipelined one reorders: the same spec at chain 0."""
-    twin = spec.replace(extra={**dict(spec.extra), "chain": 0})
+    twin = spec.replace(chain=0)
     assert grid.in_grid(twin, Target.C), twin.name
     return twin
 
@@ -435,7 +435,7 @@ def test_the_held_transforms_run_on_the_mma_at_tcx_1():
     assert "static const unsigned short wino_atk[16][48]" in c and "wino_warp_out_mma(" in c
     assert "static const unsigned short wino_btk[48][48]" in c and "wino_in_mma(" in c
     assert "asm" not in c and "ldmatrix" not in c
-    plain = render(held.replace(extra={**dict(held.extra), "tcx": 0}), "cuda")
+    plain = render(held.replace(tcx=0), "cuda")
     assert "wino_atk" not in plain and "wino_btk" not in plain and ".trans" not in plain
 
 
@@ -452,7 +452,7 @@ def test_the_input_transform_runs_on_fp16_pairs_at_xbits_16():
     fp32_input = "const float t0_0 = win[24 + v] + 4.0f * win[0 + v] - 5.0f * win[12 + v];"
     assert fp32_input not in cuda and "if (sc <= 32768.0f)" in cuda
     assert "wino_h2fma(" in render(spec, "c") and "ext_vector_type(2)" in render(spec, "hip")
-    twin = render(spec.replace(extra={**dict(spec.extra), "xbits": 32}), "cuda")
+    twin = render(spec.replace(xbits=32), "cuda")
     assert "__hfma2" not in twin and "wino_h2" not in twin and fp32_input in twin
 
 
@@ -586,7 +586,7 @@ def test_tcx_1_at_f2x2_off_the_grid(tmp_path):
     masked), which the grid leaves out (measured slower): the float64 bound on the MMA path
     (C/G a multiple of 8) and the fp32 fallback (C odd), every output written."""
     held = next(s for s in FUSED if s.hold and s.tile == Tile(2, 2) and s.io is DType.FP16)
-    spec = held.replace(extra={**dict(held.extra), "tcx": 1})
+    spec = held.replace(tcx=1)
     assert spec.tcx == 1 and spec_refusal(spec, Target.CUDA) is None
     problems = [_problem(DType.FP16, **fields) for _, fields in SHAPES[:2]]  # C 37, C 48
     kernels = {k for p in problems for k in _pipeline(spec, p).values()}
@@ -615,7 +615,7 @@ def test_fp16_pair_transform_on_the_chunked_kernel(tmp_path):
     """xbits 16 on the chunked schedule (not in the grid; the rules allow it): the float64
     bound with odd C and with groups, every output written."""
     base = next(s for s in FUSED if not s.hold and s.tile == Tile(4, 4) and s.io is DType.FP16)
-    spec = base.replace(extra={**dict(base.extra), "xbits": 16})
+    spec = base.replace(xbits=16)
     assert spec.xbits == 16 and spec_refusal(spec, Target.CUDA) is None
     problems = [_problem(DType.FP16), _problem(DType.FP16, C=27, K=15, groups=3)]
     kernels = {k for p in problems for k in _pipeline(spec, p).values()}
@@ -627,14 +627,10 @@ def test_fp16_pair_transform_on_the_chunked_kernel(tmp_path):
 
 
 # The output transform on fp16 pairs (obits 16, off the grid) -------------------------------------
-def _obits16(spec: RtFusedSpec) -> RtFusedSpec:
-    return spec.replace(extra={**dict(spec.extra), "obits": 16})
-
-
 #: The default held fp16 kernel and its pipelined twin (the same out_item) at obits 16: off
 #: the grid (1-3% faster, 1.3-1.6x the error; grids/stages.yaml), the rules allow them.
 O16 = tuple(
-    _obits16(s)
+    s.replace(obits=16)
     for s in FUSED
     if s.hold and s.io is DType.FP16 and s.tcx == 0 and s.xbits == 16 and s.kpass
     if s.prescale is Prescale.FUSED and not s.min_blocks and s.chain in (0, 12)
@@ -644,7 +640,7 @@ O16 = tuple(
 @pytest.fixture(scope="module")
 def o16_root(tmp_path_factory):
     """The O16 kernels and their obits 32 twins (the grid's)."""
-    twins = [s.replace(extra={**dict(s.extra), "obits": 32}) for s in O16]
+    twins = [s.replace(obits=32) for s in O16]
     plans = ((s, _problem(s.io, **fields)) for s in (*O16, *twins) for _, fields in SHAPES)
     return _built(tmp_path_factory.mktemp("fused-o16-cache"), plans)
 
@@ -663,7 +659,7 @@ def test_the_output_transform_runs_on_fp16_pairs_at_obits_16():
     assert "* 512.0f;" in cuda and "(wout[0] * f0[0]) * f1[0]" in cuda
     fp32_output = "const float t0_0 = win[0 + v] + (win[12 + v] + win[24 + v])"
     assert "wino_h2mul(down, wino_h2of(" in render(spec, "c")
-    twin = render(spec.replace(extra={**dict(spec.extra), "obits": 32}), "cuda")
+    twin = render(spec.replace(obits=32), "cuda")
     assert "wout" not in twin and "0x1800u" not in twin and "(win[0] * f0[0]) * f1[0]" in twin
     assert fp32_output not in cuda and fp32_output in twin
 
@@ -707,7 +703,7 @@ def test_fp16_pair_output_transform_on_the_largest_m(spec, o16_root):
     ref = conv2d_reference(x, w, (1, 1), (1, 1), 1)
     errors = []
     for obits in (32, 16):
-        twin = spec.replace(extra={**dict(spec.extra), "obits": obits})
+        twin = spec.replace(obits=obits)
         plan = dispatch(problem, target="c", cache_root=o16_root, specs=_pipeline(twin, problem))
         errors.append(relative_error(plan.run(x, w), ref))
     assert 0.02 < errors[0] and errors[1] <= 1.5 * errors[0], errors

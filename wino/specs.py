@@ -104,6 +104,12 @@ class _Spec:
         return out
 
     def replace(self, **changes: Any):
+        """A copy with ``changes``: fields by name, and declared axes (grids/stages.yaml) by
+        name too (``spec.replace(obits=16)``), merged into ``extra``."""
+        declared = axes.of_stage(self.stage.short)
+        named = {k: changes.pop(k) for k in list(changes) if k in declared}
+        if named:
+            changes["extra"] = {**dict(changes.get("extra", self.extra)), **named}
         return dataclasses.replace(self, **changes)
 
 

@@ -86,9 +86,9 @@ SHARD: tuple[GoldenKernel, ...] = (
     GoldenKernel(RtFusedSpec(Tile(4, 4), _BF16, _F16, 32, 16, 32, 12, 1, Prescale.SPLIT)),
     GoldenKernel(_HELD),
     # the held kernel's transforms on the MMA, bf16 io (its input MMA in bf16)
-    GoldenKernel(_HELD.replace(io=_BF16, extra={**dict(_HELD.extra), "tcx": 1, "xbits": 32})),
+    GoldenKernel(_HELD.replace(io=_BF16, tcx=1, xbits=32)),
     # the pipelined held schedule (several tile blocks a workgroup)
-    GoldenKernel(_HELD.replace(extra={**_HELD_EXTRA, "chain": 12})),
+    GoldenKernel(_HELD.replace(chain=12)),
     GoldenKernel(RtFusedSpec(Tile(4, 6), _BF16, _BF16, 16, 16, 16, 4, 1, Prescale.NONE)),
 )
 
