@@ -19,7 +19,7 @@ from ..launch import stage_launch
 from ..problem import Problem
 from ..specs import RtFusedSpec, StageSpec
 from ..vocab import Activation, DType, K2Path, Prescale, Target
-from ..winograd import exact_bits, kron_bits
+from ..winograd import exact_bits, growth, kron_bits
 from .renderers import RENDERERS
 from .transforms import apply_2d, apply_2d_row_pieces, apply_2d_rows, pair_lines, tile_matrices
 
@@ -101,7 +101,6 @@ def _output_pairs16(spec: StageSpec, renderer) -> dict[str, object]:
         return {"output_pair_lines16": [], "out16_shift": 0, "out16_bits": 0}
     tile = spec.tile
     at_h, at_w = tile_matrices(tile.mh, tile.mw)["output"]
-    growth = max(sum(map(abs, row)) for row in at_h) * max(sum(map(abs, row)) for row in at_w)
     lines = apply_2d(
         at_h,
         at_w,
@@ -109,7 +108,7 @@ def _output_pairs16(spec: StageSpec, renderer) -> dict[str, object]:
         lambda a, b: f"win[{a * tile.mw + b} + v]",
         "t",
     )
-    shift = math.ceil(math.log2(growth))
+    shift = math.ceil(math.log2(growth(at_h) * growth(at_w)))
     return {
         "output_pair_lines16": pair_lines(lines, renderer.pair_ops, fp16_bits),
         "out16_shift": shift,
