@@ -154,6 +154,8 @@ def build(contains: str = "") -> None:
             relu = spec.replace(epilogue=Epilogue.BIAS_RELU)  # the tcx 1 ones: off the grid
             specs.update(_pipeline(relu, sanitized).values())
     specs.update(default_fused_specs(_prefetched_problem(), Tile(4, 4)).values())
+    for spec in (s for s in FUSED if s.hold > 64 and _named(s, contains)):
+        specs.update(_pipeline(spec, _past_64_channels(spec)).values())
     result = builder.build(
         sorted(specs, key=lambda s: s.name), [Target.CUDA], root=ROOT, jobs=os.cpu_count() or 4
     )
@@ -391,14 +393,21 @@ def _prefetched_problem() -> Problem:
     return _problem(DType.FP16, N=3, C=37, K=21, H=400, W=400, pad_h=2, pad_w=2, dil_h=2, dil_w=2)
 
 
+def _past_64_channels(spec) -> Problem:
+    """For a held kernel whose hold passes 64: C/G = 100 (four 32-channel steps, the last
+    partial) and K = 130 (two 128-channel blocks, the second of 2 channels, its pair odd)."""
+    return _problem(spec.io, C=100, K=130, H=9, W=10)
+
+
 def sanitize(contains: str = "") -> None:
     """One small fused plan per MMA dtype pairing and per held schedule variant (one pass with
     K2a's scales, two passes with the kernel's own, two blocks per SM), each with its transforms
     on the CUDA cores in fp32 and on fp16 pairs and on the MMA (tcx 0, xbits 16 with obits 32
     and 16, tcx 1) where FUSED has it; and the held kernels' bias + ReLU (on the CUDA cores:
     the grid's fp16 ones; on the MMA: tcx 1, off the grid) at an odd K, so the last channel
-    pair has one channel; each pipelined held kernel on four tile blocks; those whose name
-    holds ``contains`` (compute-sanitizer runs this)."""
+    pair has one channel; each pipelined held kernel on four tile blocks; each held kernel
+    whose hold passes 64 at C = 100, K = 130; those whose name holds ``contains``
+    (compute-sanitizer runs this)."""
     chunked = (FUSED[0], next(s for s in FUSED if s.mdtype is DType.BF16))
     held = []
     for tcx, xbits, obits in ((0, 32, 32), (0, 16, 32), (0, 16, 16), (1, 32, 32)):
@@ -427,6 +436,7 @@ def sanitize(contains: str = "") -> None:
     plans.append((default_fused_specs(wide, Tile(4, 4))[Stage.FUSED], wide))
     # the pipelined held kernels: 4 tile blocks, so chain 2 runs two a workgroup
     plans += [(s, _problem(s.io, C=48, K=40, H=30, W=29)) for s in FUSED if s.chain]
+    plans += [(s, _past_64_channels(s)) for s in FUSED if s.hold > 64]
     for spec, problem in ((s, p) for s, p in plans if _named(s, contains)):
         plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
         _, _, xt, wt = _device_inputs(problem, "sanitize")

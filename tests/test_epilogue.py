@@ -389,8 +389,8 @@ def test_grid_variants_are_the_declared_ones():
     """K4 F2x2/F4x4 x vec 1/8 x (3 io with fp32 M + fp16/bf16 io with fp16 M), KF F2x2/F4x4
     one-stage chunked specs (hold 0) and the held kernels the default fused pick takes (F4x4
     two-pass 18 warps, own tile scales, fp32 transforms: fp16 with both input arithmetics, bf16
-    with fp32's; F2x2 8 warps: fp16 and bf16), x 3 epilogues; each has its epilogue-free twin
-    in the grid."""
+    with fp32's; the same at hold 128; F2x2 8 warps: fp16 and bf16), x 3 epilogues; each has
+    its epilogue-free twin in the grid."""
     k4 = [s for s in GRID_EPILOGUE if s.stage is Stage.OUTPUT]
     kf = [s for s in GRID_EPILOGUE if s.stage is Stage.FUSED]
     assert len(k4) == 2 * 2 * 3 * (3 + 2)
@@ -414,6 +414,9 @@ def test_grid_variants_are_the_declared_ones():
             "kf_f4x4_ifp16_mfp16_p32_k64_c32_w18_s1_pfused_h64_q32",
             "kf_f4x4_ifp16_mfp16_p32_k64_c32_w18_s1_pfused_h64_q32_x16",
             "kf_f4x4_ibf16_mfp16_p32_k64_c32_w18_s1_pfused_h64_q32",
+            # the same at hold 128 (16 tiles x 128 channels; fp16's input transform on pairs)
+            "kf_f4x4_ifp16_mfp16_p16_k128_c32_w18_s1_pfused_h128_q32_x16",
+            "kf_f4x4_ibf16_mfp16_p16_k128_c32_w18_s1_pfused_h128_q32",
             "kf_f2x2_ifp16_mfp16_p32_k64_c32_w8_s1_psplit_h64",
             "kf_f2x2_ibf16_mfp16_p32_k64_c32_w8_s1_psplit_h64",
             # the HIP grid's held kernel (64 KiB of LDS: 16 tiles)
