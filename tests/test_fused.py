@@ -661,12 +661,40 @@ def test_the_output_transform_runs_on_fp16_pairs_at_obits_16():
     cuda = render(spec, "cuda")
     assert "const __half2 down = wino_h2k(0x1800u);" in cuda  # 2^-9
     assert "const __half2 t1_0 = __hfma2(wino_h2k(0x4000u), __hsub2(win[18], win[24])" in cuda
-    assert "* 512.0f;" in cuda and "(wout[0] * f0[0]) * f1[0]" in cuda
+    # no epilogue: each output pair times its power-of-two unscale on the pair unit and stored,
+    # where fp16 holds the unscale; else (and with an epilogue) back to fp32 first
+    assert "win[o] = __hmul2(up, win[o]);" in cuda
+    assert (
+        "const unsigned lo = direct ? (w & 0xffffu) : __half_as_ushort(__float2half_rn(((__half2"
+        "float(__ushort_as_half((unsigned short)w)) * 512.0f) * f0[0]) * f1[0]));"
+    ) in cuda
+    relu = render(spec.replace(epilogue=Epilogue.RELU), "cuda")
+    assert "* 512.0f;" in relu and "(wout[0] * f0[0]) * f1[0]" in relu and "up, win" not in relu
     fp32_output = "const float t0_0 = win[0 + v] + (win[12 + v] + win[24 + v])"
     assert "wino_h2mul(down, wino_h2of(" in render(spec, "c")
     twin = render(spec.replace(obits=32), "cuda")
     assert "wout" not in twin and "0x1800u" not in twin and "(win[0] * f0[0]) * f1[0]" in twin
     assert fp32_output not in cuda and fp32_output in twin
+
+
+@pytest.mark.parametrize("spec", O16, ids=[s.name for s in O16])
+def test_pairs_stored_directly_are_the_fp32_paths_bits(spec, o16_root):
+    """Where fp16 holds a channel's unscale (2^9 f0 f1, a power of two in 2^-24 .. 2^15) the
+    output pair is scaled on the pair unit and stored; elsewhere it goes back to fp32 first.
+    Both round the same exact value once, so they agree bit for bit: weights times 2^-8, then
+    times 2^6 (K1's filter scale absorbs the factor: U and M unchanged) move the unscale from
+    about 2^5 (stored directly) to 2^19 (past fp16: converted), so y scales by exactly 2^14
+    wherever it is a normal fp16 value."""
+    problem = _problem(spec.io, N=2, C=64, K=40, H=13, W=11)
+    plan = dispatch(problem, target="c", cache_root=o16_root, specs=_pipeline(spec, problem))
+    rng = _rng("direct-" + spec.name)
+    x = rng.standard_normal((problem.N, problem.H, problem.W, problem.C)).astype(np.float16)
+    w = (rng.standard_normal((problem.K, 3, 3, problem.Cg)) * 2.0**-8).astype(np.float16)
+    y = plan.run(x, w).astype(np.float32)
+    y_up = plan.run(x, w * np.float16(2.0**14)).astype(np.float32)
+    normal = np.abs(y) >= 2.0**-14
+    assert normal.mean() > 0.99 and np.isfinite(y_up).all()
+    assert np.array_equal(y_up[normal], y[normal] * np.float32(2.0**14))
 
 
 @pytest.mark.parametrize("spec", O16, ids=[s.name for s in O16])
