@@ -681,10 +681,10 @@ def test_the_output_transform_runs_on_fp16_pairs_at_obits_16():
 def test_pairs_stored_directly_are_the_fp32_paths_bits(spec, o16_root):
     """Where fp16 holds a channel's unscale (2^9 f0 f1, a power of two in 2^-24 .. 2^15) the
     output pair is scaled on the pair unit and stored; elsewhere it goes back to fp32 first.
-    Both round the same exact value once, so they agree bit for bit: weights times 2^-8, then
-    times 2^6 (K1's filter scale absorbs the factor: U and M unchanged) move the unscale from
-    about 2^5 (stored directly) to 2^19 (past fp16: converted), so y scales by exactly 2^14
-    wherever it is a normal fp16 value."""
+    Both round the same exact value once, so they agree bit for bit: N(0,1) weights times 2^-8,
+    then the same weights times 2^14 (K1's filter scale absorbs the factor: U and M unchanged)
+    move the unscale from about 2^5 (stored directly) to 2^19 (past fp16: converted), so y
+    scales by exactly 2^14 wherever it is a normal fp16 value."""
     problem = _problem(spec.io, N=2, C=64, K=40, H=13, W=11)
     plan = dispatch(problem, target="c", cache_root=o16_root, specs=_pipeline(spec, problem))
     rng = _rng("direct-" + spec.name)
