@@ -44,12 +44,21 @@ from wino.vocab import DType, Epilogue, Prescale, Stage, Target, Tile  # noqa: E
 ROOT = Path(os.environ.get("WINO_BUILD", "/tmp/wino-fused-build"))
 #: The epilogue-free grid KF specs (the epilogue variants add a bias / ReLU to the same text),
 #: then the off-grid ones this script still builds, checks, times and sanitizes: the held fp16
-#: two-pass kernels with the output transform on fp16 pairs (axis obits 16).
+#: two-pass kernels with the output transform on fp16 pairs (axis obits 16), and the held hold 64
+#: kernels with their own tile scales on the warpgroup MMA (axis wgmma 1) at 16 and 12 warps.
 GRID_FUSED = tuple(s for s in grid.aot_stage_specs(Stage.FUSED) if s.epilogue is Epilogue.NONE)
-FUSED = GRID_FUSED + tuple(
-    s.replace(obits=16)
-    for s in GRID_FUSED
-    if s.hold and s.io is DType.FP16 and s.tcx == 0 and s.kpass and not s.chain and not s.min_blocks
+_TWO_PASS = tuple(
+    s for s in GRID_FUSED if s.hold and s.tcx == 0 and s.kpass and not s.chain and not s.min_blocks
+)
+FUSED = (
+    GRID_FUSED
+    + tuple(s.replace(obits=16) for s in _TWO_PASS if s.io is DType.FP16)
+    + tuple(
+        s.replace(warps=warps, kpass=0, wgmma=1)
+        for s in _TWO_PASS
+        if s.hold == 64 and s.tile == Tile(4, 4) and s.prescale is Prescale.FUSED
+        for warps in (16, 12)
+    )
 )
 
 #: The host tests' shapes (tests/test_fused.py): odd extents, C/G % 8 == 0 (async U copies),
@@ -437,6 +446,7 @@ def sanitize(contains: str = "") -> None:
     # the pipelined held kernels: 4 tile blocks, so chain 2 runs two a workgroup
     plans += [(s, _problem(s.io, C=48, K=40, H=30, W=29)) for s in FUSED if s.chain]
     plans += [(s, _past_64_channels(s)) for s in FUSED if s.hold > 64]
+    plans += [(s, _problem(s.io, C=48, K=39, H=9, W=10)) for s in FUSED if s.wgmma]
     for spec, problem in ((s, p) for s, p in plans if _named(s, contains)):
         plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
         _, _, xt, wt = _device_inputs(problem, "sanitize")

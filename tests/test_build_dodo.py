@@ -25,7 +25,7 @@ DODO = REPO / "dodo.py"
 STAGES = """\
 format: 1
 axes:  # the repo's: its refusals.yaml (copied below) reads stream, hold, kpass, tcx, xbits,
-  # obits, chain, min_blocks
+  # obits, chain, wgmma, min_blocks
   - {name: stream, stages: [k2], type: int, ctype: int, suffix: "s{}", default: 0}
   - {name: hold, stages: [kf], type: int, ctype: int, suffix: "h{}", default: 0}
   - {name: kpass, stages: [kf], type: int, ctype: int, suffix: "q{}", default: 0}
@@ -33,6 +33,7 @@ axes:  # the repo's: its refusals.yaml (copied below) reads stream, hold, kpass,
   - {name: xbits, stages: [kf, k2], type: int, ctype: int, suffix: "x{}", default: 32}
   - {name: obits, stages: [kf], type: int, ctype: int, suffix: "o{}", default: 32}
   - {name: chain, stages: [kf], type: int, ctype: int, suffix: "l{}", default: 0}
+  - {name: wgmma, stages: [kf], type: int, ctype: int, suffix: "g{}", default: 0}
   - {name: min_blocks, stages: [kf], type: int, ctype: int, suffix: "b{}", default: 0}
 stages:
   k1:

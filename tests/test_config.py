@@ -118,7 +118,7 @@ def test_misspelled_top_level_key():
         ("refusals", "  max_block: 1024", "  max_block: '1024'", "$.params.max_block"),
         ("refusals", "    stages: [k1]\n", "    stages: [k3]\n", "$.spec_rules[2].stages[0]"),
         ("refusals", "  - id: block_too_large", "  - id: Block-Too-Large", "$.spec_rules[0].id"),
-        ("targets", "    archs: [sm_90]", "    archs: [sm90]", "$.targets.cuda.archs[0]"),
+        ("targets", "    archs: [sm_90a]", "    archs: [sm90]", "$.targets.cuda.archs[0]"),
         ("targets", "    compiler: nvcc", "    compiler: [nvcc]", "$.targets.cuda.compiler"),
     ],
 )

@@ -740,3 +740,106 @@ def test_fp16_pair_output_transform_on_the_largest_m(spec, o16_root):
         plan = dispatch(problem, target="c", cache_root=o16_root, specs=_pipeline(twin, problem))
         errors.append(relative_error(plan.run(x, w), ref))
     assert 0.02 < errors[0] and errors[1] <= 1.5 * errors[0], errors
+
+
+# The warpgroup MMA (wgmma 1, off the grid) -------------------------------------------------------
+#: The default held kernels (fp16 with its own scales and the input transform on pairs; bf16)
+#: on the warpgroup MMA: 16 warps (4 warpgroups of 9 bins) and 12 (3 of 12), one pass.
+WG = tuple(
+    s.replace(warps=warps, kpass=0, wgmma=1)
+    for s in FUSED
+    if s.hold == 64 and s.tile == Tile(4, 4) and s.kpass and not s.chain and not s.min_blocks
+    if s.tcx == 0 and s.prescale is Prescale.FUSED and (s.io is DType.BF16 or s.xbits == 16)
+    for warps in (16, 12)
+)
+
+
+def _per_warp_twin(spec: RtFusedSpec) -> RtFusedSpec:
+    """The grid's two-pass, 18-warp held kernel the wgmma spec was made from."""
+    return spec.replace(warps=18, kpass=32, wgmma=0)
+
+
+@pytest.fixture(scope="module")
+def wg_root(tmp_path_factory):
+    """The WG kernels and their per-warp twins (the grid's)."""
+    plans = (
+        (s, _problem(s.io, **fields))
+        for s in (*WG, *map(_per_warp_twin, WG))
+        for _, fields in SHAPES
+    )
+    return _built(tmp_path_factory.mktemp("fused-wg-cache"), plans)
+
+
+def test_wgmma_budget_and_rules():
+    """128-byte rows (hold 64, no pad) from a 1024-byte-aligned start, bins tm x 128 bytes
+    apart (every 8-row swizzle atom aligned), one bin's tm x 64 / 128 accumulators a thread;
+    the warpgroups own whole bins. Refused by rule id: the shapes the MMA does not take, warps
+    that are no multiple of 4 or whose warpgroups do not split the bins, HIP."""
+    assert [(s.io, s.warps) for s in WG] == [
+        (DType.FP16, 16),
+        (DType.FP16, 12),
+        (DType.BF16, 16),
+        (DType.BF16, 12),
+    ]
+    b = FusedBudget.of(WG[0])
+    assert (b.lda, b.bin_ld, b.xs_elems, b.acc_per_thread) == (64, 32 * 64, 36 * 32 * 64, 16)
+    assert b.bins_per_warp == 9 and FusedBudget.of(WG[1]).bins_per_warp == 12
+    assert b.table_offset == 36 * 32 * 64 * 2 and (b.bin_ld * 2) % 1024 == 0
+    assert b.smem_bytes == b.table_offset + 32 * 28 and b.min_blocks == 1
+    assert all(spec_refusal(s, t) is None for s in WG for t in (Target.C, Target.CUDA))
+    spec = WG[0]
+    for changes, rule in [
+        (dict(wgmma=2), "fused_wgmma_invalid"),
+        (dict(warps=18), "fused_wgmma_groups"),  # not a multiple of 4
+        (dict(warps=20), "fused_wgmma_groups"),  # 5 warpgroups do not split 36 bins
+        (dict(kpass=32), "fused_wgmma_needs_held64"),
+        (dict(hold=128, tiles=16), "fused_wgmma_needs_held64"),
+        (dict(kblock=32), "fused_wgmma_needs_held64"),
+        (dict(tiles=16), None),  # m64n16k16
+        (dict(tiles=24), "fused_tiles_not_mma_m"),  # every fused kernel: multiples of 16
+        (dict(chain=2), "fused_wgmma_needs_held64"),
+    ]:
+        refusal = spec_refusal(spec.replace(**changes), Target.CUDA)
+        assert (refusal and refusal.rule) == rule, changes
+    assert spec_refusal(spec, Target.HIP).rule == "fused_wgmma_not_amd"
+    assert FusedBudget.of(spec.replace(wgmma=0, warps=18, kpass=32)).lda == 72
+
+
+def test_the_warpgroup_mma_renders_wgmma_on_cuda_and_loops_on_the_host():
+    """CUDA: the A fragments (U) by 16-byte loads, wgmma.mma_async m64n32k16 on a 128-byte
+    swizzle descriptor, commit and wait; V's stores fenced for the async proxy; the
+    warpgroup's named barrier before M's stores; shared memory aligned for the swizzle atoms;
+    no ldmatrix and no per-warp MMA. The host: the same kernel text, scalar loops, the same
+    swizzled index."""
+    spec = WG[0]
+    cuda, c = render(spec, "cuda"), render(spec, "c")
+    assert cuda.count("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16") == 1
+    assert "wgmma.commit_group.sync.aligned;" in cuda and "wgmma.wait_group.sync.aligned 0;" in cuda
+    assert "(1ull << 62) | (64ull << 32) | (1ull << 16)" in cuda  # swizzle 128, SBO 1024 bytes
+    assert "fence.proxy.async.shared::cta;" in cuda and '"bar.sync %0, 128;"' in cuda
+    assert "extern __shared__ __align__(1024) unsigned char smem[];" in cuda
+    assert "ldmatrix" not in cuda and "mma.sync" not in cuda and "wino_warp_mma32" not in cuda
+    swizzled = "return row * 64 + ((((col >> 3) ^ row) & 7) << 3) + (col & 7);"
+    assert swizzled in cuda and swizzled in c
+    assert "wino_wg_mma(d, Vs + a * 2048u, 64, U" in c and "asm" not in c
+    assert "aligned(1024)" in c
+    twin = render(_per_warp_twin(spec), "cuda")
+    assert "wgmma." not in twin and swizzled not in twin and "return row * ld + col;" in twin
+
+
+@pytest.mark.parametrize("spec", WG, ids=[s.name for s in WG])
+@pytest.mark.parametrize("shape_id, fields", SHAPES, ids=[i for i, _ in SHAPES])
+def test_the_warpgroup_mma_gives_the_per_warp_kernels_bits(spec, shape_id, fields, wg_root):
+    """The same sums in the same order (each 32-channel step, then the steps), stored in the
+    swizzled layout and read back through it, bins split over warpgroups instead of warps:
+    y bit for bit the per-warp kernel's, over poisoned buffers (every output written), within
+    the tile's bound of the float64 reference. Odd extents, dilation, groups, no padding."""
+    problem = _problem(spec.io, **fields)
+    plan = dispatch(problem, target="c", cache_root=wg_root, specs=_pipeline(spec, problem))
+    assert plan.steps[-1].name == spec.name
+    y, error = run_poisoned(plan, "wg" + shape_id)
+    assert 0 < error <= bound_for(spec.tile, spec.io, spec.mdtype)
+    twin = _per_warp_twin(spec)
+    twin_plan = dispatch(problem, target="c", cache_root=wg_root, specs=_pipeline(twin, problem))
+    y_twin, _ = run_poisoned(twin_plan, "wg" + shape_id)
+    assert np.array_equal(y.view(np.uint16), y_twin.view(np.uint16))

@@ -180,6 +180,32 @@ SPEC_BREAKERS = {
         RtFusedSpec(kblock=64, cchunk=32, extra={"hold": 64, "kpass": 24}),
         "kpass 24: the held schedule's passes",
     ),
+    "fused_wgmma_groups": (
+        RtFusedSpec(tiles=32, kblock=64, cchunk=32, warps=20, extra={"hold": 64, "wgmma": 1}),
+        "warps must be a multiple of 4 whose quarter divides the 36 bins (20 warps)",
+    ),
+    "fused_wgmma_invalid": (
+        RtFusedSpec(extra={"wgmma": 3}),
+        "wgmma 3: the held schedule's MMA is per warp (0: mma.sync) or per warpgroup",
+    ),
+    "fused_wgmma_needs_held64": (
+        RtFusedSpec(
+            tiles=32, kblock=64, cchunk=32, warps=16, extra={"hold": 64, "wgmma": 1, "kpass": 32}
+        ),
+        "(kblock 64, one pass: kpass 0, kpass 32)",
+    ),
+    "fused_wgmma_not_amd": (  # the HIP grid's held kernel's size (F2x2, 16 tiles, 8 warps)
+        RtFusedSpec(
+            Tile(2, 2),
+            tiles=16,
+            kblock=64,
+            cchunk=32,
+            warps=8,
+            prescale=Prescale.SPLIT,
+            extra={"hold": 64, "wgmma": 1},
+        ),
+        "the HIP targets have no such instruction",
+    ),
     "fused_lds_over_amd_limit": (
         RtFusedSpec(tiles=32, kblock=64, cchunk=32, warps=18, extra={"hold": 64, "kpass": 32}),
         "needs 166784 bytes of shared memory, over the 65536 bytes of LDS a workgroup may have",
@@ -290,6 +316,10 @@ SPEC_REPAIRS = {
     "fused_chain_needs_held": dict(extra={}),
     "fused_min_blocks_fit": dict(tiles=16, warps=9, extra={"hold": 64, "min_blocks": 2}),
     # the HIP grid's held kernel: F2x2, 16 tiles x 64 channels, 8 warps (37312 bytes)
+    "fused_wgmma_groups": dict(warps=16),
+    "fused_wgmma_invalid": dict(extra={}),
+    "fused_wgmma_needs_held64": dict(extra={"hold": 64, "wgmma": 1}),
+    "fused_wgmma_not_amd": dict(extra={"hold": 64}),
     "fused_lds_over_amd_limit": dict(
         tile="F2x2", tiles=16, warps=8, prescale="split", extra={"hold": 64}
     ),

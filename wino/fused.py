@@ -42,6 +42,12 @@ i's output transform and block i + 1's input transform in one phase) the tile ta
 of ``TABLE_RING`` tables (block i's, i + 1's and i + 2's are in use at once), and the tile
 maxima's partials ``Tpm [tm][16]`` (u32, own tile scales) lie after V instead of over it (V
 holds block i's M while block i + 2's maxima are taken).
+With ``wgmma`` 1 (hold 64) a 128-thread warpgroup owns whole bins (bins / (warps / 4) each) and
+multiplies each on the asynchronous warpgroup MMA: V's rows are hold = 64 channels, 128 bytes,
+unpadded, their 16-byte units XOR-swizzled by the row's index mod 8 (the 128-byte swizzle the
+MMA's shared-memory descriptor names; ``wino_vidx``), bins tm x 128 bytes apart from a
+``SWIZZLE_ALIGN``-aligned start, so every 8-row atom starts aligned; the accumulators per thread
+are one bin's tm x kb / 128, the A fragments (U) two 16-byte rows a 32-channel step.
 Warps own whole bins and multiply them one after another, so the accumulators per thread are
 one bin's: tm x kb / 32, or with ``kpass`` (kb / kpass passes over the same V) one pass's,
 tm x kpass / 32, the earlier passes' M parked as fp16 pairs in registers until the last pass.
@@ -65,6 +71,8 @@ BLOCK_SHARED_RESERVE = 1024  # bytes the hardware keeps per resident block
 TABLE_RING = 4  # the pipelined held schedule's tile tables (blocks i .. i + 2 in use; a power of 2)
 MAXIMA_PARTIALS = 16  # the own tile scales' partial maxima a tile (u32 each: one a channel pair)
 REG_OVERHEAD = 40  # registers per thread beyond the accumulators and the window (addresses)
+WARPGROUP = 4  # warps of one wgmma (axis wgmma: a 128-thread warpgroup owns whole bins)
+SWIZZLE_ALIGN = 1024  # bytes: where V's 128-byte swizzle atoms (8 rows of 128 bytes) start
 
 
 @dataclass(frozen=True)
@@ -92,16 +100,27 @@ class FusedBudget:
     chain: int = 0  # held schedule: tile blocks a workgroup pipelines (axis chain; 0: one)
     tpm_offset: int = 0  # chain > 0: bytes from the start of shared memory to Tpm
     ring: int = 1  # tile tables (TABLE_RING with chain > 0)
+    wgmma: int = 0  # held schedule: 1 runs each bin on a warpgroup's wgmma (axis wgmma)
 
     @classmethod
     def of(cls, spec: RtFusedSpec) -> FusedBudget:
         bins, tm, kb = spec.tile.bins, spec.tiles, spec.kblock
-        per_warp = bins // spec.warps if spec.warps > 0 and bins % spec.warps == 0 else 0
         hold = getattr(spec, "hold", 0)  # 0 where a grid does not declare the axis
+        wgmma = getattr(spec, "wgmma", 0) if hold > 0 else 0
+        owners = spec.warps // WARPGROUP if wgmma else spec.warps  # of whole bins
+        per_warp = bins // owners if owners > 0 and bins % owners == 0 else 0
         tcx = getattr(spec, "tcx", 0) if hold > 0 else 0
         chain = getattr(spec, "chain", 0) if hold > 0 else 0
         tpm = 0
-        if hold > 0:  # V of every channel; one bin's accumulators and B fragments a thread
+        if wgmma:  # 128-byte swizzled rows; one bin's accumulators and A fragments a thread
+            lda, bin_ld = hold, tm * hold  # bin a at a x tm x 128 bytes: atoms stay aligned
+            xs, us, cols, ms_ld = bins * bin_ld, 0, kb, lda
+            slot_ld = slot_elems = 0
+            table = tpm = -(-xs * spec.mdtype.itemsize // 16) * 16
+            kpass, park = kb, 0
+            acc = tm * kb // (32 * WARPGROUP) if per_warp else 0
+            regs = acc + 2 * 4 * (hold // STEP)  # two 16-byte U rows a 32-channel step
+        elif hold > 0:  # V of every channel; one bin's accumulators and B fragments a thread
             lda = hold + PAD
             bin_ld = tm * lda + (PAD if tcx else 0)
             xs, us = bins * bin_ld, 0
@@ -156,6 +175,7 @@ class FusedBudget:
             chain=chain,
             tpm_offset=tpm,
             ring=ring,
+            wgmma=wgmma,
         )
 
 

@@ -4,7 +4,7 @@ no hash unless it says so and re-records (`doit golden_record`; docs/BUILD.md).
 
 Files:
   sources.json              {label: {stage, spec, baked, sha256: {c, cuda, hip}}}
-  ptx-<nvcc flavor>.json    {toolchain, sha256: {label: hash}}   e.g. ptx-nvcc-13.0-sm_90.json
+  ptx-<nvcc flavor>.json    {toolchain, sha256: {label: hash}}   e.g. ptx-nvcc-13.0-sm_90a.json
   llvmir-<clang flavor>.json  likewise per HIP arch   e.g. llvmir-clang-19.1.7-gfx1100.json
 """
 

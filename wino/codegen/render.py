@@ -13,7 +13,7 @@ from pathlib import Path
 import jinja2
 
 from ..config import ROOT
-from ..fused import FusedBudget
+from ..fused import SWIZZLE_ALIGN, FusedBudget
 from ..kinds import kind_of
 from ..launch import stage_launch
 from ..problem import Problem
@@ -166,6 +166,7 @@ def render(
         vec=getattr(spec, "vec", 1),
         block=spec.block,
         fused=budget,
+        swizzle_align=SWIZZLE_ALIGN,
         **_held_matrices(spec, budget),
         input_pair_lines=_input_pair_lines(spec, renderer),
         **_output_pairs16(spec, renderer),

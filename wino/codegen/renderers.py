@@ -219,8 +219,9 @@ class Renderer:
         return name
 
     # Shared memory sized at launch ------------------------------------------------------------
-    def dynamic_shared(self, name: str, nbytes: int) -> str:
-        return f"extern {self.shared_qualifier}__attribute__((aligned(16))) unsigned char {name}[];"
+    def dynamic_shared(self, name: str, nbytes: int, align: int = 16) -> str:
+        aligned = f"__attribute__((aligned({align})))"
+        return f"extern {self.shared_qualifier}{aligned} unsigned char {name}[];"
 
     # The warp MMA: D[16x8] += A[16x16] . B[16x8] (B given as its transpose, [8][16]), fp32 ----
     def mma_helper(self, dtype: DType, mt: int, nt: int) -> str:
@@ -251,7 +252,7 @@ class Renderer:
         )
 
     # The held schedule's MMA: B straight from global memory, over one k32 step -------------
-    def held_layout_helpers(self) -> str:
+    def held_layout_helpers(self, swizzle: bool = False) -> str:
         """The held fused schedule's shared-memory layout, one definition for the template and
         the MMA primitive. ``wino_kchan(q)``: column q of a 32-channel MMA step pairs with
         channel wino_kchan(q) of U, so that lane l = 4 g + t loads its B fragments of both k16
@@ -261,15 +262,71 @@ class Renderer:
         (the budget pads rows by 8 elements, so the 8 rows of an ldmatrix or of an accumulator
         store hit 8 distinct 16-byte units of the 32 banks). An XOR swizzle of the units
         instead of the padding measured slower on the H200 (the address arithmetic: 21.2 M
-        instructions against 14.8 M, docs/FUSED.md)."""
+        instructions against 14.8 M, docs/FUSED.md). With ``swizzle`` (the warpgroup MMA,
+        axis wgmma; ld is 64 there): rows of 64 elements (128 bytes) unpadded, the 16-byte
+        unit u of row r at unit u ^ (r % 8), the 128-byte swizzle of the MMA's shared-memory
+        descriptor (rows of one 8-row atom on 8 distinct units of the 32 banks)."""
+        index = (
+            "  return row * 64 + ((((col >> 3) ^ row) & 7) << 3) + (col & 7);  /* ld is 64 */\n}"
+            if swizzle
+            else "  return row * ld + col;\n}"
+        )
         return (
             f"{self.fn} int wino_kchan(int q)\n{{\n"
             "  return 8 * ((q >> 1) & 3) + 4 * (q >> 4) + 2 * ((q >> 3) & 1) + (q & 1);\n}\n"
             f"{self.fn} int wino_kcol(int c)\n{{\n"
             "  return 16 * ((c >> 2) & 1) + 8 * ((c >> 1) & 1) + 2 * (c >> 3) + (c & 1);\n}\n"
             f"{self.fn} int wino_vidx(int row, int col, int ld)\n{{\n"
-            "  return row * ld + col;\n}"
+            + ("  (void)ld;\n" if swizzle else "")
+            + index
         )
+
+    # The held schedule's warpgroup MMA (axis wgmma) ------------------------------------------
+    def wg_mma_helper(self, dtype: DType, n: int, steps: int) -> str:
+        """``wino_wg_mma(d, v, ld, u, ldu, rows, cols, lane)``: one bin's product on a
+        128-thread warpgroup (lane = the thread's index in it, w = lane / 32, g = lane % 32 /
+        4, t = lane % 4), over every input channel c < cols (at most 32 ``steps``), per-thread
+        semantics: d[4 j + e] (j < n / 8) = sum over c of U(k, c) V(m, c) with k = 16 w + 2 g
+        + e / 2 (an output channel: the thread holds the pair 2 g, 2 g + 1 of its warp's 16)
+        and m = 8 j + 2 t + e % 2 (a tile of the bin's n), U(k, c) = u[k ldu + c] for k <
+        rows and c < cols (zero past them), V(m, c) = v[wino_vidx(m, c', ld)] at c's column c'
+        (``wino_kcol`` within each 32-channel step). This scalar form sums each 32-channel step
+        in column order, then the steps, as ``mma_global_b_helper``'s (so the host's M is the
+        per-warp kernel's, bit for bit); CUDA
+        loads each thread's A fragments (U rows k, k + 1: one 16-byte load a row and 32-channel
+        step, ``wino_kchan``'s order) and issues wgmma.mma_async m64n{n}k16, V read by the
+        tensor cores through a 128-byte-swizzle descriptor."""
+        a = self.to_float(dtype, "u[k * ldu + c]")
+        b = self.to_float(dtype, "v[wino_vidx(m, c0 + q, ld)]")
+        return (
+            f"{self.fn} void wino_wg_mma(float* d, const unsigned short* v, int ld,"
+            " const unsigned short* u, int ldu, int rows, int cols, unsigned lane)\n{\n"
+            "  const int w = (int)(lane >> 5), g = (int)((lane >> 2) & 7u), t = (int)(lane & 3u);\n"
+            f"  for (int j = 0; j < {n // 8}; ++j)\n"
+            "    for (int e = 0; e < 4; ++e) {\n"
+            "      const int k = 16 * w + 2 * g + (e >> 1), m = 8 * j + 2 * t + (e & 1);\n"
+            "      float s = 0.0f;\n"
+            f"      for (int c0 = 0; c0 < cols && c0 < {32 * steps}; c0 += 32) {{\n"
+            "        float p = 0.0f;\n"
+            "        for (int q = 0; q < 32; ++q) {\n"
+            "          const int c = c0 + wino_kchan(q);\n"
+            f"          if (k < rows && c < cols) p += {b} * {a};\n"
+            "        }\n"
+            "        s += p;\n"
+            "      }\n"
+            "      d[4 * j + e] = s;\n"
+            "    }\n}"
+        )
+
+    def group_barrier(self) -> str:
+        """Between two phases of one warpgroup (4 warps, axis wgmma): what its threads did
+        before it, its threads see after it (the emulation: a phase boundary)."""
+        return self.warp_barrier()
+
+    def async_proxy_fence(self) -> str:
+        """After a thread's shared-memory stores that a later asynchronous MMA reads (CUDA:
+        the generic-to-async proxy fence; nothing elsewhere)."""
+        return ""
 
     def mma_global_b_helper(self, dtype: DType, mt: int, nt: int) -> str:
         """``wino_warp_mma32(d, a, lda, c0, u, ldu, rows, cols, lane)``: a warp tile of
@@ -595,8 +652,8 @@ class CRenderer(Renderer):
     def priv(self, name: str) -> str:
         return f"{name}[tid]"
 
-    def dynamic_shared(self, name: str, nbytes: int) -> str:
-        return f"unsigned char {name}[{nbytes}] __attribute__((aligned(16)));"
+    def dynamic_shared(self, name: str, nbytes: int, align: int = 16) -> str:
+        return f"unsigned char {name}[{nbytes}] __attribute__((aligned({align})));"
 
     def kernel_end(self, name: str, params: list[tuple[str, str]]) -> str:
         args = ", ".join(n for _, n in params)
@@ -659,8 +716,86 @@ class CudaRenderer(Renderer):
     def prelude(self) -> str:
         return "#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n"
 
-    def dynamic_shared(self, name: str, nbytes: int) -> str:
-        return f"extern __shared__ __align__(16) unsigned char {name}[];"
+    def dynamic_shared(self, name: str, nbytes: int, align: int = 16) -> str:
+        return f"extern __shared__ __align__({align}) unsigned char {name}[];"
+
+    def wg_mma_helper(self, dtype: DType, n: int, steps: int) -> str:
+        """Lane l = 32 w + 4 g + t loads U rows k = 16 w + 2 g and k + 1 (its A rows g and
+        g + 8) as 16-byte loads of channels 8 t .. 8 t + 7 per 32-channel step (element by
+        element past cols or where ldu is not a multiple of 8; zero past rows / cols): words
+        0, 1 are its A fragment words of the step's first k16 half, 2, 3 of the second
+        (``wino_kchan``). Then per k16 half one wgmma.mma_async m64n{n}k16 (A in registers,
+        B = the bin's V through a descriptor: 128-byte swizzle, 8-row groups 1024 bytes
+        apart, the half's 32 bytes into each row), the first with scale-d 0; one commit
+        group, waited for before the accumulators are read."""
+        kind = {DType.FP16: "f16", DType.BF16: "bf16"}[dtype]
+        nd = n // 2
+        dlist = ", ".join(f"%{i}" for i in range(nd))
+        douts = ", ".join(f'"+f"(d[{i}])' for i in range(nd))
+        fence = (
+            "#pragma unroll\n"
+            f'  for (int i = 0; i < {nd}; ++i) asm volatile("" : "+f"(d[i]) :: "memory");\n'
+        )
+        return (
+            f"{self.fn} void wino_wg_mma(float* d, const unsigned short* v, int ld,"
+            " const unsigned short* u, int ldu, int rows, int cols, unsigned lane)\n{\n"
+            "  (void)ld;\n"
+            "  const int w = (int)(lane >> 5), g = (int)((lane >> 2) & 7u), t = (int)(lane & 3u);\n"
+            "  const int k = 16 * w + 2 * g;\n"
+            "  const unsigned short* const p0 = u + k * ldu + 8 * t;\n"
+            f"  wino_b16 af[{steps}][2];\n"
+            "#pragma unroll\n"
+            f"  for (int s = 0; s < {steps}; ++s)\n"
+            "#pragma unroll\n"
+            "    for (int r = 0; r < 2; ++r) {\n"
+            "      const unsigned short* const p = p0 + r * ldu + 32 * s;\n"
+            "      const int c = 32 * s + 8 * t;\n"
+            "      wino_b16 x = {{0u, 0u, 0u, 0u}};\n"
+            "      if (k + r < rows && c < cols) {\n"
+            "        if ((ldu & 7) == 0 && c + 8 <= cols)\n"
+            "          x = *(const wino_b16*)p;\n"
+            "        else\n"
+            "#pragma unroll\n"
+            "          for (int e = 0; e < 8; ++e)\n"
+            "            if (c + e < cols) x.w[e >> 1] |= (unsigned)p[e] << (16 * (e & 1));\n"
+            "      }\n"
+            "      af[s][r] = x;\n"
+            "    }\n"
+            "  const unsigned base = (unsigned)__cvta_generic_to_shared(v);\n"
+            "  /* 128-byte swizzle (1 << 62), 8-row groups 1024 bytes apart, LBO unused (1) */\n"
+            "  const unsigned long long hi = (1ull << 62) | (64ull << 32) | (1ull << 16);\n"
+            + fence
+            + '  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");\n'
+            "#pragma unroll\n"
+            f"  for (int s = 0; s < {steps}; ++s) {{\n"
+            "    if (32 * s >= cols) break;\n"
+            "#pragma unroll\n"
+            "    for (int h = 0; h < 2; ++h) {\n"
+            "      const unsigned at = (base + 64u * s + 32u * h) >> 4;  /* this k16 half */\n"
+            "      const unsigned long long desc = hi | (at & 0x3fffu);\n"
+            "      asm volatile(\n"
+            '          "{\\n.reg .pred p;\\n"\n'
+            f'          "setp.ne.b32 p, %{nd + 5}, 0;\\n"\n'
+            f'          "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "\n'
+            f'          "{{{dlist}}}, "\n'
+            f'          "{{%{nd}, %{nd + 1}, %{nd + 2}, %{nd + 3}}}, "\n'
+            f'          "%{nd + 4}, p, 1, 1, 0;\\n}}\\n"\n'
+            f"          : {douts}\n"
+            '          : "r"(af[s][0].w[2 * h]), "r"(af[s][1].w[2 * h]),\n'
+            '            "r"(af[s][0].w[2 * h + 1]), "r"(af[s][1].w[2 * h + 1]),\n'
+            '            "l"(desc), "r"(s | h));\n'
+            "    }\n"
+            "  }\n"
+            '  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");\n'
+            '  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");\n' + fence + "}"
+        )
+
+    def group_barrier(self) -> str:
+        """The warpgroup's named barrier (1 + its index: 0 is __syncthreads'), 128 threads."""
+        return '}\n  asm volatile("bar.sync %0, 128;" :: "r"(1 + (int)(tid >> 7)) : "memory");\n  {'
+
+    def async_proxy_fence(self) -> str:
+        return 'asm volatile("fence.proxy.async.shared::cta;" ::: "memory");'
 
     def mma_helper(self, dtype: DType, mt: int, nt: int) -> str:
         """ldmatrix.x4 per A fragment (16 x 16, lane l addresses row l % 16, column 8 (l / 16)),
