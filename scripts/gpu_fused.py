@@ -45,7 +45,8 @@ ROOT = Path(os.environ.get("WINO_BUILD", "/tmp/wino-fused-build"))
 #: The epilogue-free grid KF specs (the epilogue variants add a bias / ReLU to the same text),
 #: then the off-grid ones this script still builds, checks, times and sanitizes: the held fp16
 #: two-pass kernels with the output transform on fp16 pairs (axis obits 16), and the held hold 64
-#: kernels with their own tile scales on the warpgroup MMA (axis wgmma 1) at 16 and 12 warps.
+#: kernels with their own tile scales on the warpgroup MMA (axis wgmma 1): 32 tiles at 16 and 12
+#: warps (one workgroup an SM), 16 tiles at 8 and 4 (two and three).
 GRID_FUSED = tuple(s for s in grid.aot_stage_specs(Stage.FUSED) if s.epilogue is Epilogue.NONE)
 _TWO_PASS = tuple(
     s for s in GRID_FUSED if s.hold and s.tcx == 0 and s.kpass and not s.chain and not s.min_blocks
@@ -54,10 +55,10 @@ FUSED = (
     GRID_FUSED
     + tuple(s.replace(obits=16) for s in _TWO_PASS if s.io is DType.FP16)
     + tuple(
-        s.replace(warps=warps, kpass=0, wgmma=1)
+        s.replace(tiles=tiles, warps=warps, kpass=0, wgmma=1)
         for s in _TWO_PASS
         if s.hold == 64 and s.tile == Tile(4, 4) and s.prescale is Prescale.FUSED
-        for warps in (16, 12)
+        for tiles, warps in ((32, 16), (32, 12), (16, 8), (16, 4))
     )
 )
 

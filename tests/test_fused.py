@@ -821,7 +821,8 @@ def test_the_warpgroup_mma_renders_wgmma_on_cuda_and_loops_on_the_host():
     assert "ldmatrix" not in cuda and "mma.sync" not in cuda and "wino_warp_mma32" not in cuda
     swizzled = "return row * 64 + ((((col >> 3) ^ row) & 7) << 3) + (col & 7);"
     assert swizzled in cuda and swizzled in c
-    assert "wino_wg_mma(d, Vs + a * 2048u, 64, U" in c and "asm" not in c
+    assert "wino_wg_issue(d, Vs + a * 2048u, 64, &f[0], A.Cg, lane);" in c and "asm" not in c
+    assert "wino_wg_load(&f[1], ua + 4 * A.K * A.Cg" in cuda  # the next bin's U, ahead
     assert "aligned(1024)" in c
     twin = render(_per_warp_twin(spec), "cuda")
     assert "wgmma." not in twin and swizzled not in twin and "return row * ld + col;" in twin

@@ -283,24 +283,31 @@ class Renderer:
 
     # The held schedule's warpgroup MMA (axis wgmma) ------------------------------------------
     def wg_mma_helper(self, dtype: DType, n: int, steps: int) -> str:
-        """``wino_wg_mma(d, v, ld, u, ldu, rows, cols, lane)``: one bin's product on a
-        128-thread warpgroup (lane = the thread's index in it, w = lane / 32, g = lane % 32 /
-        4, t = lane % 4), over every input channel c < cols (at most 32 ``steps``), per-thread
-        semantics: d[4 j + e] (j < n / 8) = sum over c of U(k, c) V(m, c) with k = 16 w + 2 g
-        + e / 2 (an output channel: the thread holds the pair 2 g, 2 g + 1 of its warp's 16)
-        and m = 8 j + 2 t + e % 2 (a tile of the bin's n), U(k, c) = u[k ldu + c] for k <
-        rows and c < cols (zero past them), V(m, c) = v[wino_vidx(m, c', ld)] at c's column c'
-        (``wino_kcol`` within each 32-channel step). This scalar form sums each 32-channel step
-        in column order, then the steps, as ``mma_global_b_helper``'s (so the host's M is the
-        per-warp kernel's, bit for bit); CUDA
-        loads each thread's A fragments (U rows k, k + 1: one 16-byte load a row and 32-channel
-        step, ``wino_kchan``'s order) and issues wgmma.mma_async m64n{n}k16, V read by the
-        tensor cores through a 128-byte-swizzle descriptor."""
-        a = self.to_float(dtype, "u[k * ldu + c]")
+        """One bin's product on a 128-thread warpgroup (lane = the thread's index in it, w =
+        lane / 32, g = lane % 32 / 4, t = lane % 4) in three calls, so that the next bin's U
+        loads while this bin multiplies: ``wino_wg_load(f, u, ldu, rows, cols, lane)`` takes
+        U's rows (output channels) k < rows and channels c < cols (zero past them; at most 32
+        ``steps`` of 32) into the fragment ``f``; ``wino_wg_issue(d, v, ld, f, cols, lane)``
+        starts d[4 j + e] (j < n / 8) = sum over c of U(k, c) V(m, c) with k = 16 w + 2 g + e /
+        2 (an output channel: the thread holds the pair 2 g, 2 g + 1 of its warp's 16) and m =
+        8 j + 2 t + e % 2 (a tile of the bin's n), V(m, c) = v[wino_vidx(m, c', ld)] at c's
+        column c' (``wino_kcol`` within each 32-channel step); ``wino_wg_wait(d)`` returns when
+        d holds it (f may then be loaded again). This scalar form keeps U's address in the
+        fragment and sums at the issue, each 32-channel step in column order, then the steps,
+        as ``mma_global_b_helper``'s (so the host's M is the per-warp kernel's, bit for bit);
+        CUDA loads each thread's A fragments (U rows k, k + 1: one 16-byte load a row and
+        32-channel step, ``wino_kchan``'s order) and issues wgmma.mma_async m64n{n}k16, V read
+        by the tensor cores through a 128-byte-swizzle descriptor."""
+        a = self.to_float(dtype, "f->u[k * f->ldu + c]")
         b = self.to_float(dtype, "v[wino_vidx(m, c0 + q, ld)]")
         return (
-            f"{self.fn} void wino_wg_mma(float* d, const unsigned short* v, int ld,"
-            " const unsigned short* u, int ldu, int rows, int cols, unsigned lane)\n{\n"
+            "typedef struct { const unsigned short* u; int ldu, rows, cols; } wino_wg_frag;\n"
+            f"{self.fn} void wino_wg_load(wino_wg_frag* f, const unsigned short* u, int ldu,"
+            " int rows, int cols, unsigned lane)\n{\n"
+            "  (void)lane;\n"
+            "  f->u = u;\n  f->ldu = ldu;\n  f->rows = rows;\n  f->cols = cols;\n}\n"
+            f"{self.fn} void wino_wg_issue(float* d, const unsigned short* v, int ld,"
+            " const wino_wg_frag* f, int cols, unsigned lane)\n{\n"
             "  const int w = (int)(lane >> 5), g = (int)((lane >> 2) & 7u), t = (int)(lane & 3u);\n"
             f"  for (int j = 0; j < {n // 8}; ++j)\n"
             "    for (int e = 0; e < 4; ++e) {\n"
@@ -310,12 +317,13 @@ class Renderer:
             "        float p = 0.0f;\n"
             "        for (int q = 0; q < 32; ++q) {\n"
             "          const int c = c0 + wino_kchan(q);\n"
-            f"          if (k < rows && c < cols) p += {b} * {a};\n"
+            f"          if (k < f->rows && c < f->cols) p += {b} * {a};\n"
             "        }\n"
             "        s += p;\n"
             "      }\n"
             "      d[4 * j + e] = s;\n"
-            "    }\n}"
+            "    }\n}\n"
+            f"{self.fn} void wino_wg_wait(float* d) {{ (void)d; }}"
         )
 
     def group_barrier(self) -> str:
@@ -720,14 +728,14 @@ class CudaRenderer(Renderer):
         return f"extern __shared__ __align__({align}) unsigned char {name}[];"
 
     def wg_mma_helper(self, dtype: DType, n: int, steps: int) -> str:
-        """Lane l = 32 w + 4 g + t loads U rows k = 16 w + 2 g and k + 1 (its A rows g and
-        g + 8) as 16-byte loads of channels 8 t .. 8 t + 7 per 32-channel step (element by
-        element past cols or where ldu is not a multiple of 8; zero past rows / cols): words
-        0, 1 are its A fragment words of the step's first k16 half, 2, 3 of the second
-        (``wino_kchan``). Then per k16 half one wgmma.mma_async m64n{n}k16 (A in registers,
-        B = the bin's V through a descriptor: 128-byte swizzle, 8-row groups 1024 bytes
-        apart, the half's 32 bytes into each row), the first with scale-d 0; one commit
-        group, waited for before the accumulators are read."""
+        """``wino_wg_load``: lane l = 32 w + 4 g + t loads U rows k = 16 w + 2 g and k + 1 (its
+        A rows g and g + 8) as 16-byte loads of channels 8 t .. 8 t + 7 per 32-channel step
+        (element by element past cols or where ldu is not a multiple of 8; zero past rows /
+        cols): words 0, 1 are its A fragment words of the step's first k16 half, 2, 3 of the
+        second (``wino_kchan``). ``wino_wg_issue``: per k16 half one wgmma.mma_async
+        m64n{n}k16 (A in registers, B = the bin's V through a descriptor: 128-byte swizzle,
+        8-row groups 1024 bytes apart, the half's 32 bytes into each row), the first with
+        scale-d 0, then one commit group; ``wino_wg_wait`` waits for it."""
         kind = {DType.FP16: "f16", DType.BF16: "bf16"}[dtype]
         nd = n // 2
         dlist = ", ".join(f"%{i}" for i in range(nd))
@@ -737,13 +745,12 @@ class CudaRenderer(Renderer):
             f'  for (int i = 0; i < {nd}; ++i) asm volatile("" : "+f"(d[i]) :: "memory");\n'
         )
         return (
-            f"{self.fn} void wino_wg_mma(float* d, const unsigned short* v, int ld,"
-            " const unsigned short* u, int ldu, int rows, int cols, unsigned lane)\n{\n"
-            "  (void)ld;\n"
+            f"typedef struct {{ wino_b16 a[{steps}][2]; }} wino_wg_frag;\n"
+            f"{self.fn} void wino_wg_load(wino_wg_frag* f, const unsigned short* u, int ldu,"
+            " int rows, int cols, unsigned lane)\n{\n"
             "  const int w = (int)(lane >> 5), g = (int)((lane >> 2) & 7u), t = (int)(lane & 3u);\n"
             "  const int k = 16 * w + 2 * g;\n"
             "  const unsigned short* const p0 = u + k * ldu + 8 * t;\n"
-            f"  wino_b16 af[{steps}][2];\n"
             "#pragma unroll\n"
             f"  for (int s = 0; s < {steps}; ++s)\n"
             "#pragma unroll\n"
@@ -759,8 +766,11 @@ class CudaRenderer(Renderer):
             "          for (int e = 0; e < 8; ++e)\n"
             "            if (c + e < cols) x.w[e >> 1] |= (unsigned)p[e] << (16 * (e & 1));\n"
             "      }\n"
-            "      af[s][r] = x;\n"
-            "    }\n"
+            "      f->a[s][r] = x;\n"
+            "    }\n}\n"
+            f"{self.fn} void wino_wg_issue(float* d, const unsigned short* v, int ld,"
+            " const wino_wg_frag* f, int cols, unsigned lane)\n{\n"
+            "  (void)ld;\n  (void)lane;\n"
             "  const unsigned base = (unsigned)__cvta_generic_to_shared(v);\n"
             "  /* 128-byte swizzle (1 << 62), 8-row groups 1024 bytes apart, LBO unused (1) */\n"
             "  const unsigned long long hi = (1ull << 62) | (64ull << 32) | (1ull << 16);\n"
@@ -781,12 +791,13 @@ class CudaRenderer(Renderer):
             f'          "{{%{nd}, %{nd + 1}, %{nd + 2}, %{nd + 3}}}, "\n'
             f'          "%{nd + 4}, p, 1, 1, 0;\\n}}\\n"\n'
             f"          : {douts}\n"
-            '          : "r"(af[s][0].w[2 * h]), "r"(af[s][1].w[2 * h]),\n'
-            '            "r"(af[s][0].w[2 * h + 1]), "r"(af[s][1].w[2 * h + 1]),\n'
+            '          : "r"(f->a[s][0].w[2 * h]), "r"(f->a[s][1].w[2 * h]),\n'
+            '            "r"(f->a[s][0].w[2 * h + 1]), "r"(f->a[s][1].w[2 * h + 1]),\n'
             '            "l"(desc), "r"(s | h));\n'
             "    }\n"
             "  }\n"
-            '  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");\n'
+            '  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");\n' + fence + "}\n"
+            f"{self.fn} void wino_wg_wait(float* d)\n{{\n"
             '  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");\n' + fence + "}"
         )
 
