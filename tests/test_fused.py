@@ -813,7 +813,10 @@ def test_the_warpgroup_mma_renders_wgmma_on_cuda_and_loops_on_the_host():
     swizzled index."""
     spec = WG[0]
     cuda, c = render(spec, "cuda"), render(spec, "c")
-    assert cuda.count("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16") == 1
+    # one branch per count of 32-channel steps (2 and 1 at hold 64): 4 + 2 k16 halves, the
+    # first of each with scale-d 0
+    assert cuda.count("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16") == 6
+    assert cuda.count('"%20, 0, 1, 1, 0;"') == 2 and cuda.count('"%20, 1, 1, 1, 0;"') == 4
     assert "wgmma.commit_group.sync.aligned;" in cuda and "wgmma.wait_group.sync.aligned 0;" in cuda
     assert "(1ull << 62) | (64ull << 32) | (1ull << 16)" in cuda  # swizzle 128, SBO 1024 bytes
     assert "fence.proxy.async.shared::cta;" in cuda and '"bar.sync %0, 128;"' in cuda

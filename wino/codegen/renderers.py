@@ -291,9 +291,10 @@ class Renderer:
         starts d[4 j + e] (j < n / 8) = sum over c of U(k, c) V(m, c) with k = 16 w + 2 g + e /
         2 (an output channel: the thread holds the pair 2 g, 2 g + 1 of its warp's 16) and m =
         8 j + 2 t + e % 2 (a tile of the bin's n), V(m, c) = v[wino_vidx(m, c', ld)] at c's
-        column c' (``wino_kcol`` within each 32-channel step); ``wino_wg_wait(d)`` returns when
-        d holds it (f may then be loaded again). This scalar form keeps U's address in the
-        fragment and sums at the issue, each 32-channel step in column order, then the steps,
+        column c' (``wino_kcol`` within each 32-channel step); ``wino_wg_wait(d, f)`` returns
+        when d holds it and the MMA is done with f (f may then be loaded again). This scalar
+        form keeps U's address in the fragment and sums at the issue, each 32-channel step in
+        column order, then the steps,
         as ``mma_global_b_helper``'s (so the host's M is the per-warp kernel's, bit for bit);
         CUDA loads each thread's A fragments (U rows k, k + 1: one 16-byte load a row and
         32-channel step, ``wino_kchan``'s order) and issues wgmma.mma_async m64n{n}k16, V read
@@ -323,7 +324,7 @@ class Renderer:
             "      }\n"
             "      d[4 * j + e] = s;\n"
             "    }\n}\n"
-            f"{self.fn} void wino_wg_wait(float* d) {{ (void)d; }}"
+            f"{self.fn} void wino_wg_wait(float* d, const wino_wg_frag* f) {{ (void)d; (void)f; }}"
         )
 
     def group_barrier(self) -> str:
@@ -738,8 +739,6 @@ class CudaRenderer(Renderer):
         scale-d 0, then one commit group; ``wino_wg_wait`` waits for it."""
         kind = {DType.FP16: "f16", DType.BF16: "bf16"}[dtype]
         nd = n // 2
-        dlist = ", ".join(f"%{i}" for i in range(nd))
-        douts = ", ".join(f'"+f"(d[{i}])' for i in range(nd))
         fence = (
             "#pragma unroll\n"
             f'  for (int i = 0; i < {nd}; ++i) asm volatile("" : "+f"(d[i]) :: "memory");\n'
@@ -751,6 +750,17 @@ class CudaRenderer(Renderer):
             "  const int w = (int)(lane >> 5), g = (int)((lane >> 2) & 7u), t = (int)(lane & 3u);\n"
             "  const int k = 16 * w + 2 * g;\n"
             "  const unsigned short* const p0 = u + k * ldu + 8 * t;\n"
+            "  if (k + 1 < rows && (ldu & 7) == 0 && (cols & 31) == 0) {\n"
+            "    /* whole 32-channel steps, both rows in range: the loads back to back */\n"
+            "#pragma unroll\n"
+            f"    for (int s = 0; s < {steps}; ++s)\n"
+            "#pragma unroll\n"
+            "      for (int r = 0; r < 2; ++r) {\n"
+            "        const wino_b16 z = {{0u, 0u, 0u, 0u}};\n"
+            "        f->a[s][r] = 32 * s < cols ? *(const wino_b16*)(p0 + r * ldu + 32 * s) : z;\n"
+            "      }\n"
+            "    return;\n"
+            "  }\n"
             "#pragma unroll\n"
             f"  for (int s = 0; s < {steps}; ++s)\n"
             "#pragma unroll\n"
@@ -772,34 +782,60 @@ class CudaRenderer(Renderer):
             " const wino_wg_frag* f, int cols, unsigned lane)\n{\n"
             "  (void)ld;\n  (void)lane;\n"
             "  const unsigned base = (unsigned)__cvta_generic_to_shared(v);\n"
-            "  /* 128-byte swizzle (1 << 62), 8-row groups 1024 bytes apart, LBO unused (1) */\n"
+            "  /* 128-byte swizzle (1 << 62), 8-row groups 1024 bytes apart, LBO unused (1); k16\n"
+            "   * half i starts 32 i bytes into the rows. Every descriptor is made before the\n"
+            "   * first wgmma: an instruction that defines a wgmma input between two wgmmas\n"
+            "   * makes ptxas serialize them (C7513). */\n"
             "  const unsigned long long hi = (1ull << 62) | (64ull << 32) | (1ull << 16);\n"
+            f"  unsigned long long desc[{2 * steps}];\n"
+            "#pragma unroll\n"
+            f"  for (int i = 0; i < {2 * steps}; ++i)\n"
+            "    desc[i] = hi | (((base + 32u * i) >> 4) & 0x3fffu);\n"
+            "  const int ns = (cols + 31) >> 5;  /* 32-channel steps */\n"
             + fence
             + '  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");\n'
+            + self._wg_issue_chain(kind, n, steps)
+            + '  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");\n}\n'
+            f"{self.fn} void wino_wg_wait(float* d, const wino_wg_frag* f)\n{{\n"
+            '  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");\n'
+            + fence
+            + "  /* the MMA read f's registers until here: keep them from the next loads */\n"
             "#pragma unroll\n"
-            f"  for (int s = 0; s < {steps}; ++s) {{\n"
-            "    if (32 * s >= cols) break;\n"
+            f"  for (int s = 0; s < {steps}; ++s)\n"
             "#pragma unroll\n"
-            "    for (int h = 0; h < 2; ++h) {\n"
-            "      const unsigned at = (base + 64u * s + 32u * h) >> 4;  /* this k16 half */\n"
-            "      const unsigned long long desc = hi | (at & 0x3fffu);\n"
-            "      asm volatile(\n"
-            '          "{\\n.reg .pred p;\\n"\n'
-            f'          "setp.ne.b32 p, %{nd + 5}, 0;\\n"\n'
-            f'          "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "\n'
-            f'          "{{{dlist}}}, "\n'
-            f'          "{{%{nd}, %{nd + 1}, %{nd + 2}, %{nd + 3}}}, "\n'
-            f'          "%{nd + 4}, p, 1, 1, 0;\\n}}\\n"\n'
-            f"          : {douts}\n"
-            '          : "r"(f->a[s][0].w[2 * h]), "r"(f->a[s][1].w[2 * h]),\n'
-            '            "r"(f->a[s][0].w[2 * h + 1]), "r"(f->a[s][1].w[2 * h + 1]),\n'
-            '            "l"(desc), "r"(s | h));\n'
-            "    }\n"
-            "  }\n"
-            '  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");\n' + fence + "}\n"
-            f"{self.fn} void wino_wg_wait(float* d)\n{{\n"
-            '  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");\n' + fence + "}"
+            "    for (int i = 0; i < 8; ++i)\n"
+            '      asm volatile("" :: "r"(f->a[s][i >> 2].w[i & 3]));\n'
+            "}"
         )
+
+    @staticmethod
+    def _wg_issue_chain(kind: str, n: int, steps: int) -> str:
+        """The wgmma statements of ``wino_wg_issue``, unrolled in the text: for ns = steps ..
+        1 a branch with its 2 ns k16 halves, the first with scale-d 0 (D = A B), the others 1
+        (D += A B), each an immediate."""
+        nd = n // 2
+        dlist = ", ".join(f"%{i}" for i in range(nd))
+        douts = ", ".join(f'"+f"(d[{i}])' for i in range(nd))
+        out = []
+        for m in range(steps, 0, -1):
+            head = f"  if (ns >= {m}) {{\n" if m == steps else f"  }} else if (ns >= {m}) {{\n"
+            body = []
+            for i in range(2 * m):
+                s, h = divmod(i, 2)
+                body.append(
+                    "    asm volatile(\n"
+                    f'        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "\n'
+                    f'        "{{{dlist}}}, "\n'
+                    f'        "{{%{nd}, %{nd + 1}, %{nd + 2}, %{nd + 3}}}, "\n'
+                    f'        "%{nd + 4}, {int(i > 0)}, 1, 1, 0;"\n'
+                    f"        : {douts}\n"
+                    f'        : "r"(f->a[{s}][0].w[{2 * h}]), "r"(f->a[{s}][1].w[{2 * h}]),\n'
+                    f'          "r"(f->a[{s}][0].w[{2 * h + 1}]),\n'
+                    f'          "r"(f->a[{s}][1].w[{2 * h + 1}]),\n'
+                    f'          "l"(desc[{i}]));\n'
+                )
+            out.append(head + "".join(body))
+        return "".join(out) + "  }\n"
 
     def group_barrier(self) -> str:
         """The warpgroup's named barrier (1 + its index: 0 is __syncthreads'), 128 threads."""
