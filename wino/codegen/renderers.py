@@ -294,8 +294,8 @@ class Renderer:
         column c' (``wino_kcol`` within each 32-channel step); ``wino_wg_wait(d, f)`` returns
         when d holds it and the MMA is done with f (f may then be loaded again). This scalar
         form keeps U's address in the fragment and sums at the issue, each 32-channel step in
-        column order, then the steps,
-        as ``mma_global_b_helper``'s (so the host's M is the per-warp kernel's, bit for bit);
+        column order, then the steps, as ``mma_global_b_helper``'s (so the host's M is the
+        per-warp kernel's, bit for bit);
         CUDA loads each thread's A fragments (U rows k, k + 1: one 16-byte load a row and
         32-channel step, ``wino_kchan``'s order) and issues wgmma.mma_async m64n{n}k16, V read
         by the tensor cores through a 128-byte-swizzle descriptor."""
