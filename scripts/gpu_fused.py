@@ -45,7 +45,7 @@ ROOT = Path(os.environ.get("WINO_BUILD", "/tmp/wino-fused-build"))
 #: The epilogue-free grid KF specs (the epilogue variants add a bias / ReLU to the same text),
 #: then the off-grid ones this script still builds, checks, times and sanitizes: the held fp16
 #: two-pass kernels with the output transform on fp16 pairs (axis obits 16), and the held hold 64
-#: kernels with their own tile scales on the warpgroup MMA (axis wgmma 1): 32 tiles at 16 and 12
+#: kernels with their own tile scales on the warpgroup MMA (axis wgmma 1): 32 tiles at 24, 16 and 12
 #: warps (one workgroup an SM), 16 tiles at 8 and 4 (two and three).
 GRID_FUSED = tuple(s for s in grid.aot_stage_specs(Stage.FUSED) if s.epilogue is Epilogue.NONE)
 _TWO_PASS = tuple(
@@ -58,8 +58,16 @@ FUSED = (
         s.replace(tiles=tiles, warps=warps, kpass=0, wgmma=1)
         for s in _TWO_PASS
         if s.hold == 64 and s.tile == Tile(4, 4) and s.prescale is Prescale.FUSED
-        for tiles, warps in ((32, 16), (32, 12), (16, 8), (16, 4))
+        for tiles, warps in ((32, 24), (32, 16), (32, 12), (16, 8), (16, 4))
     )
+)
+#: The held kernels with their own scales at the fixed tile scale 2^-6, checked (axis tsfix 6):
+#: the two-pass per-warp kernels (hold 64 and 128) and the 24- and 16-warp wgmma ones.
+FUSED += tuple(
+    s.replace(tsfix=6)
+    for s in FUSED
+    if s.hold and s.prescale is Prescale.FUSED and not s.chain and s.tcx == 0
+    if (s.kpass and not s.min_blocks and s.obits == 32) or (s.wgmma and s.warps in (24, 16))
 )
 
 #: The host tests' shapes (tests/test_fused.py): odd extents, C/G % 8 == 0 (async U copies),
@@ -204,6 +212,26 @@ def _run_poisoned(plan, xt, wt, bias=None):
     return plan.run(xt, wt, y=y, workspace=workspace, bias=bias)
 
 
+def _band_redo_matches(spec, problem: Problem, xt, wt, shape_id: str) -> bool:
+    """A tsfix kernel on x outside its band (x 2^7 or x 2^-12: every tile past 2^6 or under
+    2^-6): every block takes the own scales from its maxima, so y is the tsfix 0 twin's bit for
+    bit."""
+    import torch
+
+    twin = spec.replace(tsfix=0)
+    scale = 2.0**7 if len(shape_id) % 2 else 2.0**-12
+    xs = (xt.float() * scale).to(xt.dtype)
+    ys = [
+        _run_poisoned(
+            dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(s, problem)), xs, wt
+        ).view(torch.int16)
+        for s in (spec, twin)
+    ]
+    same = bool(torch.equal(*ys))
+    print(f"{'PASS' if same else 'FAIL'} {spec.name} {shape_id}: x {scale:g}, the bits of the twin")
+    return same
+
+
 def check(contains: str = "") -> int:
     """Every grid KF spec (whose name contains ``contains``) x the shapes: all outputs written,
     error within the bound."""
@@ -232,6 +260,9 @@ def check(contains: str = "") -> int:
                 f"{'PASS' if ok else 'FAIL'} {spec.name} {shape_id}: error {error:.2e} "
                 f"(bound {bound:.0e}), unwritten {unwritten}"
             )
+            if spec.tsfix:
+                cases += 1
+                failures += not _band_redo_matches(spec, problem, xt, wt, shape_id)
     print(f"check: {failures} failure(s) over {cases} cases")
     return failures
 
@@ -448,6 +479,7 @@ def sanitize(contains: str = "") -> None:
     plans += [(s, _problem(s.io, C=48, K=40, H=30, W=29)) for s in FUSED if s.chain]
     plans += [(s, _past_64_channels(s)) for s in FUSED if s.hold > 64]
     plans += [(s, _problem(s.io, C=48, K=39, H=9, W=10)) for s in FUSED if s.wgmma]
+    plans += [(s, _problem(s.io, C=64, K=40, H=30, W=29)) for s in FUSED if s.tsfix]
     for spec, problem in ((s, p) for s, p in plans if _named(s, contains)):
         plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
         _, _, xt, wt = _device_inputs(problem, "sanitize")
@@ -455,6 +487,8 @@ def sanitize(contains: str = "") -> None:
 
         bias = torch.randn(problem.K, device="cuda").to(xt.dtype) if spec.epilogue.bias else None
         _run_poisoned(plan, xt, wt, bias)
+        if spec.tsfix:  # the band's redo: every tile past 2^6
+            _run_poisoned(plan, (xt.float() * 2.0**7).to(xt.dtype), wt, bias)
         torch.cuda.synchronize()
         print(f"sanitize: ran {spec.name} on {problem.label()}")
 

@@ -107,6 +107,7 @@ def test_the_repo_declares_its_axes_and_rejects_unknown():
         ("obits", ("kf",), 32),
         ("chain", ("kf",), 0),
         ("wgmma", ("kf",), 0),
+        ("tsfix", ("kf",), 0),
         ("min_blocks", ("kf",), 0),
     ]
     with pytest.raises(ValueError, match=r"unknown axis\(es\) \['out_scale'\]"):

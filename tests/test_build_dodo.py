@@ -25,7 +25,7 @@ DODO = REPO / "dodo.py"
 STAGES = """\
 format: 1
 axes:  # the repo's: its refusals.yaml (copied below) reads stream, hold, kpass, tcx, xbits,
-  # obits, chain, wgmma, min_blocks
+  # obits, chain, wgmma, tsfix, min_blocks
   - {name: stream, stages: [k2], type: int, ctype: int, suffix: "s{}", default: 0}
   - {name: hold, stages: [kf], type: int, ctype: int, suffix: "h{}", default: 0}
   - {name: kpass, stages: [kf], type: int, ctype: int, suffix: "q{}", default: 0}
@@ -34,6 +34,7 @@ axes:  # the repo's: its refusals.yaml (copied below) reads stream, hold, kpass,
   - {name: obits, stages: [kf], type: int, ctype: int, suffix: "o{}", default: 32}
   - {name: chain, stages: [kf], type: int, ctype: int, suffix: "l{}", default: 0}
   - {name: wgmma, stages: [kf], type: int, ctype: int, suffix: "g{}", default: 0}
+  - {name: tsfix, stages: [kf], type: int, ctype: int, suffix: "z{}", default: 0}
   - {name: min_blocks, stages: [kf], type: int, ctype: int, suffix: "b{}", default: 0}
 stages:
   k1:

@@ -847,3 +847,144 @@ def test_the_warpgroup_mma_gives_the_per_warp_kernels_bits(spec, shape_id, field
     twin_plan = dispatch(problem, target="c", cache_root=wg_root, specs=_pipeline(twin, problem))
     y_twin, _ = run_poisoned(twin_plan, "wg" + shape_id)
     assert np.array_equal(y.view(np.uint16), y_twin.view(np.uint16))
+
+
+# A fixed tile scale, checked (tsfix 6, off the grid) ---------------------------------------------
+#: The default held kernels with their own scales (fp16 on pairs, bf16) and a 24-warp warpgroup-MMA
+#: kernel at the fixed tile scale 2^-6: the band of max|x| a tile is [2^-6, 2^6).
+TSFIX = tuple(
+    s.replace(tsfix=6)
+    for s in FUSED
+    if s.hold == 64 and s.tile == Tile(4, 4) and s.kpass and not s.chain and not s.min_blocks
+    if s.tcx == 0 and s.prescale is Prescale.FUSED and (s.io is DType.BF16 or s.xbits == 16)
+) + (WG[0].replace(warps=24, tsfix=6),)
+
+#: Four 32-tile blocks (two an image), C/G 64: every 32-channel step whole, both c0 steps.
+BAND_PROBLEM = dict(N=2, C=64, K=40, H=30, W=29)
+
+
+@pytest.fixture(scope="module")
+def tsfix_root(tmp_path_factory):
+    """The TSFIX kernels and their tsfix 0 twins."""
+    plans = (
+        (s, _problem(s.io, **fields))
+        for s in (*TSFIX, *(s.replace(tsfix=0) for s in TSFIX))
+        for fields in (*(f for _, f in SHAPES), BAND_PROBLEM)
+    )
+    return _built(tmp_path_factory.mktemp("fused-tsfix-cache"), plans)
+
+
+def test_tsfix_budget_and_rules():
+    """Each tile's maximum in its own words after the tile table (the input transform writes V,
+    where the maxima's partials lay); refused by rule id: a band whose ends are not normal fp16
+    values, and the schedules without the own scales' phases to replace."""
+    assert [(s.io, s.warps, s.wgmma) for s in TSFIX] == [
+        (DType.FP16, 18, 0),
+        (DType.BF16, 18, 0),
+        (DType.FP16, 24, 1),
+    ]
+    b, twin = FusedBudget.of(TSFIX[0]), FusedBudget.of(TSFIX[0].replace(tsfix=0))
+    assert b.tmx_offset == twin.smem_bytes and b.smem_bytes == twin.smem_bytes + 32 * 4
+    assert twin.tmx_offset == 0 and b.table_offset == twin.table_offset
+    assert all(spec_refusal(s, t) is None for s in TSFIX for t in (Target.C, Target.CUDA))
+    spec, fp32_arith = TSFIX[0], TSFIX[0].replace(xbits=32)
+    chunked = next(s for s in FUSED if not s.hold and s.tile == Tile(4, 4) and s.io is DType.FP16)
+    for base, changes, rule in [
+        (spec, dict(tsfix=1), "fused_tsfix_range"),  # 2^-11 at the band's low end: subnormal
+        (spec, dict(tsfix=16), "fused_tsfix_range"),  # 2^16: past fp16's largest
+        (spec, dict(tsfix=-1), "fused_tsfix_range"),
+        (spec, dict(tsfix=2), None),
+        (spec, dict(tsfix=15), None),
+        (spec, dict(prescale=Prescale.SPLIT), "fused_tsfix_needs_own_scales"),
+        (spec, dict(chain=2), "fused_tsfix_needs_own_scales"),
+        (fp32_arith, dict(tcx=1), "fused_tsfix_needs_own_scales"),
+        (chunked, dict(prescale=Prescale.FUSED, tsfix=6), "fused_tsfix_needs_own_scales"),
+    ]:
+        refusal = spec_refusal(base.replace(**changes), Target.CUDA)
+        assert (refusal and refusal.rule) == rule, changes
+
+
+def test_tsfix_renders_the_band_check_and_no_maxima_phase():
+    """The fixed scale in the tile table, each window's max into its tile's word (CUDA: a
+    shared atomic max; the host: in turn), the band's ends as the io dtype's patterns, the own
+    scales from those maxima only in the redo; no maxima pass over x before the transform."""
+    for spec, hi, lo in ((TSFIX[0], 0x5400, 0x2400), (TSFIX[1], 0x4280, 0x3C80)):
+        cuda, c = render(spec, "cuda"), render(spec, "c")
+        assert cuda.count("atomicMax(Tmx + pl, mx);") == 1  # the fast pass only
+        assert "if (mx > *(Tmx + pl)) *(Tmx + pl) = mx;" in c and "atomicMax" not in c
+        band = f"redo |= Tmx[t] >= {hi}u || (Tmx[t] != 0u && Tmx[t] < {lo}u);"
+        assert band in cuda and band in c
+        assert "float sc = 0x1p-6f;" in cuda and "Tpm" not in cuda
+        twin = render(spec.replace(tsfix=0), "cuda")
+        assert "Tmx" not in twin and "Tpm" in twin and "float sc = 1.0f;" in twin
+
+
+@pytest.mark.parametrize("spec", TSFIX, ids=[s.name for s in TSFIX])
+@pytest.mark.parametrize("shape_id, fields", SHAPES, ids=[i for i, _ in SHAPES])
+def test_tsfix_within_the_bound_in_its_band(spec, shape_id, fields, tsfix_root):
+    """N(0,1) data (every tile's max|x| in [2^-6, 2^6)): the fast pass alone, over poisoned
+    buffers (every output written), within the tile's bound of the float64 reference. Odd
+    extents, dilation, groups, no padding."""
+    problem = _problem(spec.io, **fields)
+    plan = dispatch(problem, target="c", cache_root=tsfix_root, specs=_pipeline(spec, problem))
+    assert plan.steps[-1].name == spec.name
+    _, error = run_poisoned(plan, "tsfix" + shape_id)
+    assert 0 < error <= bound_for(spec.tile, spec.io, spec.mdtype)
+
+
+def _band_data(kind: str, problem: Problem) -> np.ndarray:
+    """x for the band tests: ``past`` N(0,1) x 2^7 (every tile at or past 2^6), ``tiny``
+    N(0,1) x 2^-12 (every tile under 2^-6), ``wide`` _wide_range_input (Inf, the largest
+    value, 2^-12 tiles), ``mixed`` magnitudes in [32, 64) in the first image (in the band, and
+    the own scale there is 2^-6 too) and N(0,1) x 2^7 in the second, ``low`` magnitudes in
+    [2^-6, 2^-5) (in the band, where the own scale would be 2^5 or 2^6)."""
+    p, rng = problem, _rng("band" + kind)
+    shape = (p.N, p.H, p.W, p.C)
+    if kind == "wide":
+        return _wide_range_input(problem, "band")
+    sign = np.where(rng.random(shape) < 0.5, -1.0, 1.0)
+    x = {
+        "past": rng.standard_normal(shape) * 2.0**7,
+        "tiny": rng.standard_normal(shape) * 2.0**-12,
+        "mixed": sign * rng.uniform(32, 64, shape),
+        "low": sign * rng.uniform(1, 2, shape) * 2.0**-6,
+    }[kind]
+    if kind == "mixed":
+        x[1] = rng.standard_normal(shape[1:]) * 2.0**7
+    return x.astype(numpy_dtype(p.dtype))
+
+
+@pytest.mark.parametrize("kind", ["past", "tiny", "wide", "mixed"])
+@pytest.mark.parametrize("spec", TSFIX, ids=[s.name for s in TSFIX])
+def test_tsfix_outside_its_band_gives_the_own_scales_bits(spec, kind, tsfix_root):
+    """A block with a tile outside the band takes the own scales from the maxima the fast pass
+    took and transforms again: y is the tsfix 0 twin's bit for bit (which finds its maxima in a
+    pass of its own), Inf and NaN included; in ``mixed`` the first image's blocks stay in the
+    fast pass, at the scale the twin finds there."""
+    problem = _problem(spec.io, **BAND_PROBLEM)
+    x = _band_data(kind, problem)
+    w = _rng("w" + kind).standard_normal((problem.K, 3, 3, problem.Cg)).astype(x.dtype)
+    ys = [
+        dispatch(problem, target="c", cache_root=tsfix_root, specs=_pipeline(s, problem)).run(x, w)
+        for s in (spec, spec.replace(tsfix=0))
+    ]
+    assert np.array_equal(ys[0].view(np.uint16), ys[1].view(np.uint16))
+    assert np.isfinite(ys[0].astype(np.float32)).mean() > 0.5
+
+
+@pytest.mark.parametrize("spec", TSFIX, ids=[s.name for s in TSFIX])
+def test_tsfix_keeps_its_fixed_scale_inside_the_band(spec, tsfix_root):
+    """Tiles of magnitudes [2^-6, 2^-5) are in the band, and the own scale there is 2^5 or 2^6,
+    not 2^-6: the fast pass's y differs from the twin's in some bits (V's smallest values round
+    as fp16 subnormals at 2^-6) and stays within the bound. (Were the redo taken everywhere, y
+    would be the twin's.)"""
+    problem = _problem(spec.io, **BAND_PROBLEM)
+    x = _band_data("low", problem)
+    w = _rng("w-low").standard_normal((problem.K, 3, 3, problem.Cg)).astype(x.dtype)
+    ys = [
+        dispatch(problem, target="c", cache_root=tsfix_root, specs=_pipeline(s, problem)).run(x, w)
+        for s in (spec, spec.replace(tsfix=0))
+    ]
+    assert not np.array_equal(ys[0].view(np.uint16), ys[1].view(np.uint16))
+    ref = conv2d_reference(x, w, (problem.pad_h, problem.pad_w), (1, 1), 1)
+    assert 0 < relative_error(ys[0], ref) <= bound_for(spec.tile, spec.io, spec.mdtype)

@@ -194,6 +194,14 @@ SPEC_BREAKERS = {
         ),
         "(kblock 64, one pass: kpass 0, kpass 32)",
     ),
+    "fused_tsfix_range": (
+        RtFusedSpec(extra={"tsfix": 1}),
+        "tsfix 1: the fixed tile scale is 2^-tsfix with the band [2^(tsfix-12), 2^tsfix)",
+    ),
+    "fused_tsfix_needs_own_scales": (
+        RtFusedSpec(extra={"tsfix": 6}),
+        "(prescale fused, hold > 0, tcx 0, chain 0: prescale split, hold 0, tcx 0, chain 0)",
+    ),
     "fused_wgmma_not_amd": (  # the HIP grid's held kernel's size (F2x2, 16 tiles, 8 warps)
         RtFusedSpec(
             Tile(2, 2),
@@ -320,6 +328,8 @@ SPEC_REPAIRS = {
     "fused_wgmma_invalid": dict(extra={}),
     "fused_wgmma_needs_held64": dict(extra={"hold": 64, "wgmma": 1}),
     "fused_wgmma_not_amd": dict(extra={"hold": 64}),
+    "fused_tsfix_range": dict(extra={}),
+    "fused_tsfix_needs_own_scales": dict(extra={}),
     "fused_lds_over_amd_limit": dict(
         tile="F2x2", tiles=16, warps=8, prescale="split", extra={"hold": 64}
     ),

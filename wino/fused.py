@@ -101,6 +101,7 @@ class FusedBudget:
     tpm_offset: int = 0  # chain > 0: bytes from the start of shared memory to Tpm
     ring: int = 1  # tile tables (TABLE_RING with chain > 0)
     wgmma: int = 0  # held schedule: 1 runs each bin on a warpgroup's wgmma (axis wgmma)
+    tmx_offset: int = 0  # tsfix > 0: bytes from the start of shared memory to Tmx (u32 a tile)
 
     @classmethod
     def of(cls, spec: RtFusedSpec) -> FusedBudget:
@@ -150,6 +151,9 @@ class FusedBudget:
         smem = tfr = table + ring * -(-tm * TILE_BYTES // 16) * 16
         if tcx:  # after the tiles: 1 / fs of the block's channels (fp32 each)
             smem += -(-kb * 4 // 16) * 16
+        tmx = smem if hold > 0 and getattr(spec, "tsfix", 0) else 0
+        if tmx:  # after the tiles: each tile's max|x| as the input transform reads it
+            smem += -(-tm * 4 // 16) * 16
         regs += max(64, bins + REG_OVERHEAD)
         return cls(
             lda=lda,
@@ -176,6 +180,7 @@ class FusedBudget:
             tpm_offset=tpm,
             ring=ring,
             wgmma=wgmma,
+            tmx_offset=tmx,
         )
 
 

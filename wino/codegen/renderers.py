@@ -337,6 +337,11 @@ class Renderer:
         the generic-to-async proxy fence; nothing elsewhere)."""
         return ""
 
+    def shared_max(self, ptr: str, value: str) -> str:
+        """``*ptr = max(*ptr, value)`` on an unsigned word of shared memory that other threads
+        of the workgroup update too (GPUs: an atomic max; the emulation runs them in turn)."""
+        return f"atomicMax({ptr}, {value});"
+
     def mma_global_b_helper(self, dtype: DType, mt: int, nt: int) -> str:
         """``wino_warp_mma32(d, a, lda, c0, u, ldu, rows, cols, lane)``: a warp tile of
         (16 mt) x (8 nt) over the 32-channel step at column c0 of the tile ``a``
@@ -660,6 +665,9 @@ class CRenderer(Renderer):
 
     def priv(self, name: str) -> str:
         return f"{name}[tid]"
+
+    def shared_max(self, ptr: str, value: str) -> str:
+        return f"if ({value} > *({ptr})) *({ptr}) = {value};"
 
     def dynamic_shared(self, name: str, nbytes: int, align: int = 16) -> str:
         return f"unsigned char {name}[{nbytes}] __attribute__((aligned({align})));"
@@ -1113,6 +1121,13 @@ class HipRenderer(Renderer):
         "bx = __builtin_amdgcn_workgroup_id_x(), by = __builtin_amdgcn_workgroup_id_y(), "
         "tid = __builtin_amdgcn_workitem_id_x()"
     )
+
+    def shared_max(self, ptr: str, value: str) -> str:
+        """clang's scoped atomic (no ROCm headers: no atomicMax)."""
+        return (
+            f"__hip_atomic_fetch_max({ptr}, {value}, __ATOMIC_RELAXED,"
+            " __HIP_MEMORY_SCOPE_WORKGROUP);"
+        )
 
     pair_ops = PairOps(
         fma="__builtin_elementwise_fma({k}, {a}, {c})",
