@@ -49,7 +49,9 @@ ROOT = Path(os.environ.get("WINO_BUILD", "/tmp/wino-fused-build"))
 #: warps (one workgroup an SM), 16 tiles at 8 and 4 (two and three).
 GRID_FUSED = tuple(s for s in grid.aot_stage_specs(Stage.FUSED) if s.epilogue is Epilogue.NONE)
 _TWO_PASS = tuple(
-    s for s in GRID_FUSED if s.hold and s.tcx == 0 and s.kpass and not s.chain and not s.min_blocks
+    s
+    for s in GRID_FUSED
+    if s.hold and s.tcx == 0 and s.kpass and not s.chain and not s.min_blocks and not s.tsfix
 )
 FUSED = (
     GRID_FUSED
@@ -61,13 +63,15 @@ FUSED = (
         for tiles, warps in ((32, 24), (32, 16), (32, 12), (16, 8), (16, 4))
     )
 )
-#: The held kernels with their own scales at the fixed tile scale 2^-6, checked (axis tsfix 6):
-#: the two-pass per-warp kernels (hold 64 and 128) and the 24- and 16-warp wgmma ones.
+#: The held kernels with their own scales at the fixed tile scale 2^-6, checked (axis tsfix 6;
+#: the grid has the hold 64 two-pass ones): the hold 128 two-pass kernels and the 24- and 16-warp
+#: wgmma ones.
 FUSED += tuple(
     s.replace(tsfix=6)
     for s in FUSED
-    if s.hold and s.prescale is Prescale.FUSED and not s.chain and s.tcx == 0
-    if (s.kpass and not s.min_blocks and s.obits == 32) or (s.wgmma and s.warps in (24, 16))
+    if s.hold and s.prescale is Prescale.FUSED and not s.chain and s.tcx == 0 and not s.tsfix
+    if (s.kpass and not s.min_blocks and s.obits == 32 and s.hold > 64)
+    or (s.wgmma and s.warps in (24, 16))
 )
 
 #: The host tests' shapes (tests/test_fused.py): odd extents, C/G % 8 == 0 (async U copies),

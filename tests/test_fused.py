@@ -481,8 +481,9 @@ def test_one_template_three_dialects():
 
 # The kernel's own tile scales (prescale fused) -----------------------------------------------
 def _scaled_twin(spec: RtFusedSpec) -> RtFusedSpec:
+    """The same kernel with the other prescale (a tsfix kernel's: K2a's scales, tsfix 0)."""
     return spec.replace(
-        prescale=Prescale.SPLIT if spec.prescale is Prescale.FUSED else Prescale.FUSED
+        prescale=Prescale.SPLIT if spec.prescale is Prescale.FUSED else Prescale.FUSED, tsfix=0
     )
 
 
@@ -638,7 +639,7 @@ O16 = tuple(
     s.replace(obits=16)
     for s in FUSED
     if s.hold == 64 and s.io is DType.FP16 and s.tcx == 0 and s.xbits == 16 and s.kpass
-    if s.prescale is Prescale.FUSED and not s.min_blocks and s.chain in (0, 12)
+    if s.prescale is Prescale.FUSED and not s.min_blocks and s.chain in (0, 12) and not s.tsfix
 )
 
 
@@ -749,6 +750,7 @@ WG = tuple(
     s.replace(warps=warps, kpass=0, wgmma=1)
     for s in FUSED
     if s.hold == 64 and s.tile == Tile(4, 4) and s.kpass and not s.chain and not s.min_blocks
+    if not s.tsfix
     if s.tcx == 0 and s.prescale is Prescale.FUSED and (s.io is DType.BF16 or s.xbits == 16)
     for warps in (16, 12)
 )
@@ -850,12 +852,13 @@ def test_the_warpgroup_mma_gives_the_per_warp_kernels_bits(spec, shape_id, field
 
 
 # A fixed tile scale, checked (tsfix 6, off the grid) ---------------------------------------------
-#: The default held kernels with their own scales (fp16 on pairs, bf16) and a 24-warp warpgroup-MMA
-#: kernel at the fixed tile scale 2^-6: the band of max|x| a tile is [2^-6, 2^6).
+#: The default held kernels (their own scales at the fixed tile scale 2^-6, fp16 on pairs and bf16)
+#: and a 24-warp warpgroup-MMA kernel at 2^-6: the band of max|x| a tile is [2^-6, 2^6).
 TSFIX = tuple(
-    s.replace(tsfix=6)
+    s
     for s in FUSED
     if s.hold == 64 and s.tile == Tile(4, 4) and s.kpass and not s.chain and not s.min_blocks
+    if s.tsfix
     if s.tcx == 0 and s.prescale is Prescale.FUSED and (s.io is DType.BF16 or s.xbits == 16)
 ) + (WG[0].replace(warps=24, tsfix=6),)
 
