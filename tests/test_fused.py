@@ -920,6 +920,9 @@ def test_tsfix_renders_the_band_check_and_no_maxima_phase():
         assert "float sc = 0x1p-6f;" in cuda and "Tpm" not in cuda
         twin = render(spec.replace(tsfix=0), "cuda")
         assert "Tmx" not in twin and "Tpm" in twin and "float sc = 1.0f;" in twin
+    assert DType.FP16.pow2_bits(15) == 0x7800 and DType.BF16.pow2_bits(-126) == 0x0080
+    with pytest.raises(ValueError, match="2\\^16 is not a normal fp16 value"):
+        DType.FP16.pow2_bits(16)  # the band's ends: normal values only (rule fused_tsfix_range)
 
 
 @pytest.mark.parametrize("spec", TSFIX, ids=[s.name for s in TSFIX])

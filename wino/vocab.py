@@ -60,6 +60,15 @@ class DType(enum.Enum):
         """+Inf's bit pattern: with the sign cleared, every larger pattern is a NaN."""
         return {"fp16": 0x7C00, "bf16": 0x7F80, "fp32": 0x7F800000}[self.value]
 
+    def pow2_bits(self, e: int) -> int:
+        """2^e's bit pattern, for e in the dtype's normal range (with the sign cleared, patterns
+        compare as the values do)."""
+        mantissa = {"fp16": 10, "bf16": 7, "fp32": 23}[self.value]
+        bias = (self.inf_bits >> mantissa) >> 1
+        if not 1 - bias <= e <= bias:
+            raise ValueError(f"2^{e} is not a normal {self.value} value")
+        return (e + bias) << mantissa
+
     @classmethod
     def parse(cls, text: str) -> DType:
         aliases = {
