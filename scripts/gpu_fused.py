@@ -4,8 +4,8 @@
                                                # named *PART*; PART,PART: either; PART$: the
                                                # name's end), into $WINO_BUILD
     python3 scripts/gpu_fused.py check     # every grid KF spec on CUDA against float64
-    python3 scripts/gpu_fused.py time [fp16|bf16] [PART]  # fused (specs named *PART*) vs unfused
-                                                          # vs cuDNN on public layers
+    python3 scripts/gpu_fused.py time [fp16|bf16] [PART] [E]  # fused (specs named *PART*) vs
+                                                  # unfused vs cuDNN on public layers, x times 2^E
     python3 scripts/gpu_fused.py sanitize  # one small fused plan (run under compute-sanitizer)
     python3 scripts/gpu_fused.py profile LAYER SPEC  # one layer's fused plan, twice (for ncu)
     python3 scripts/gpu_fused.py resident [PART]  # pipelined KF specs on a grid of SMs workgroups
@@ -336,10 +336,11 @@ def _cudnn_issue(torch, xt, wt):
     return lambda s: torch.nn.functional.conv2d(xc, wc, None, 1, 1)
 
 
-def time_layers(dtype_name: str = "fp16", contains: str = "") -> None:
+def time_layers(dtype_name: str = "fp16", contains: str = "", exponent: str = "0") -> None:
     """Every grid KF spec of the io dtype per layer whose name holds ``contains`` (the best is
-    reported), the unfused default plan and cuDNN, U cached, in one run on the same tensors;
-    a layer no such spec fits is skipped."""
+    reported), the unfused default plan and cuDNN, U cached, in one run on the same tensors
+    (N(0,1) x times 2^``exponent``: 7 puts every tile past a tsfix 6 kernel's band, so each of
+    its blocks redoes the input transform); a layer no such spec fits is skipped."""
     import cupy
     import torch
 
@@ -361,6 +362,7 @@ def time_layers(dtype_name: str = "fp16", contains: str = "") -> None:
             print(f"# {label}: no KF spec with {contains!r} in its name fits")
             continue
         _, _, xt, wt = _device_inputs(problem, label)
+        xt = (xt.float() * 2.0 ** int(exponent)).to(xt.dtype)
         ref = torch.nn.functional.conv2d(
             xt.permute(0, 3, 1, 2).float(), wt.permute(0, 3, 1, 2).float(), None, 1, 1
         )

@@ -421,6 +421,8 @@ def test_grid_variants_are_the_declared_ones():
             # the same at hold 128 (16 tiles x 128 channels; fp16's input transform on pairs)
             "kf_f4x4_ifp16_mfp16_p16_k128_c32_w18_s1_pfused_h128_q32_x16",
             "kf_f4x4_ibf16_mfp16_p16_k128_c32_w18_s1_pfused_h128_q32",
+            "kf_f4x4_ifp16_mfp16_p16_k128_c32_w18_s1_pfused_h128_q32_x16_z6",
+            "kf_f4x4_ibf16_mfp16_p16_k128_c32_w18_s1_pfused_h128_q32_z6",
             "kf_f2x2_ifp16_mfp16_p32_k64_c32_w8_s1_psplit_h64",
             "kf_f2x2_ibf16_mfp16_p32_k64_c32_w8_s1_psplit_h64",
             # the HIP grid's held kernel (64 KiB of LDS: 16 tiles)

@@ -289,3 +289,76 @@ def test_fp16_pair_transform_k2_within_the_bound(x16_root, case):
             assert not np.array_equal(pairs, fp32)
         scale = np.abs(fp32).max(axis=tuple(range(1, fp32.ndim)), keepdims=True)
         assert (np.abs(pairs - fp32) <= 8 * 2.0**-11 * np.maximum(scale, 1e-30)).all()
+
+
+# 256-thread workgroups (sub-grid lds_rows_fused_held_b256) -----------------------------------
+#: The grid's 256-thread LDS-rows K2 kernels: a workgroup's items (lanes x width x bin rows) over
+#: twice the threads, so each thread takes half as many.
+B256 = [
+    s
+    for s in aot_stage_specs(Stage.INPUT)
+    if s.path is K2Path.LDS_ROWS and s.block == 256 and s.stream == 0
+]
+#: Few tiles and all C staged (C from half the region's channels to all of them, odd): a 7x7
+#: image (2x2 F4x4 tiles, as N64 C512 7x7) and an odd one with a partial row of regions.
+B256_SHAPES = [dict(N=2, H=7, W=7, K=8), dict(N=1, H=9, W=13, K=5, pad_h=0)]
+
+
+def _b256_specs(k2: RtInputSpec, problem: Problem) -> dict:
+    specs = default_stage_specs(problem, k2.tile, target=Target.CUDA)
+    return rf.with_input(specs, k2, problem)
+
+
+def _b256_problems(k2: RtInputSpec) -> list[Problem]:
+    region = k2.lds_lanes * k2.vec
+    return [
+        Problem(**shape, C=c, pad_w=1, **({} if "pad_h" in shape else {"pad_h": 1}), dtype=k2.io)
+        for shape, c in zip(B256_SHAPES, (region, region // 2 + 8), strict=True)
+    ]
+
+
+@pytest.fixture(scope="module")
+def b256_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("k2-b256")
+    specs = set()
+    for k2 in B256:
+        for problem in _b256_problems(k2):
+            for spec in (k2, k2.replace(block=128)):
+                specs |= set(_b256_specs(spec, problem).values())
+    host_cache.build(specs, root)
+    return root
+
+
+def test_b256_grid_is_the_wide_regions():
+    assert {(s.tile, s.lds_lanes, s.lds_width) for s in B256} == {
+        (Tile(4, 4), 128, 2),
+        (Tile(4, 4), 256, 1),
+    }
+    assert {(s.io, s.xbits) for s in B256} == {
+        (DType.FP16, 32),
+        (DType.FP16, 16),
+        (DType.BF16, 32),
+    }
+
+
+@pytest.mark.parametrize("k2", B256, ids=lambda s: s.name)
+def test_b256_gives_the_128_thread_bits(b256_root, k2):
+    """Over poisoned buffers (every element of V, ts and y written) the 256-thread kernel's V,
+    tile scales and y are its 128-thread twin's bit for bit (the same items, each thread taking
+    half as many), and y is within the tile's bound of float64."""
+    for problem in _b256_problems(k2):
+        x, w = rf.inputs(problem, np.random.default_rng(problem.C))
+        outs = []
+        for spec in (k2, k2.replace(block=128)):
+            specs = _b256_specs(spec, problem)
+            plan = dispatch(problem, target="c", cache_root=b256_root, specs=specs)
+            assert plan.specs[Stage.INPUT] == spec
+            y, workspace = rf.poisoned(plan)
+            plan.run(x, w, y=y, workspace=workspace)
+            assert not any(rf.unwritten(plan, workspace).values())
+            views = plan.backend().workspace(plan, workspace, plan.batch_split)
+            outs.append((y.view(np.uint16), views["V"].view(np.uint8), views["ts"].copy()))
+        for wide, narrow in zip(*outs, strict=True):
+            assert np.array_equal(wide, narrow)
+        ref = conv2d_reference(x, w, (problem.pad_h, problem.pad_w), (1, 1), 1)
+        assert 0 < relative_error(y, ref) <= bound_for(k2.tile, k2.io, k2.xdtype)
