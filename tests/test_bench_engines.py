@@ -49,6 +49,12 @@ def test_every_engine_in_one_run(capsys, root, tmp_path):
         assert float(row["cached_us"]) > 0 and float(row["total_us"]) > 0
     assert rows["wino"]["plan_kind"] == rows["baked"]["plan_kind"] == "unfused2d_rt"
     assert rows["fused"]["plan_kind"] == "fused2d_rt" and rows["fused"]["kf"].startswith("kf_")
+    fused = {c: float(rows["fused"][c]) for c in ("bound_us", "bound_ratio", "l2_mb", "l2_gbs")}
+    assert min(fused.values()) > 0  # the fused roofline, U cached
+    assert fused["bound_ratio"] == pytest.approx(
+        fused["bound_us"] / float(rows["fused"]["cached_us"]), rel=1e-3
+    )
+    assert rows["wino"]["l2_mb"] == rows["wino"]["l2_gbs"] == ""  # the unfused roofline's
     for stage in ("k1", "k2", "k4"):  # the baked engine runs the unfused pick's specs
         assert rows["baked"][stage] == rows["wino"][stage] != ""
     assert rows["baked"]["error"] == rows["wino"]["error"]  # bit-identical outputs

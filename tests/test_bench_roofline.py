@@ -5,8 +5,17 @@ from __future__ import annotations
 import pytest
 
 from tests import host_cache
-from wino.bench.roofline import bandwidth_gbs, bound_us, gemm_flops, stage_bytes
-from wino.pick import default_stage_specs
+from wino.bench.roofline import (
+    bandwidth_gbs,
+    bound_us,
+    fused_bound_us,
+    fused_flops,
+    fused_hbm_bytes,
+    fused_l2_bytes,
+    gemm_flops,
+    stage_bytes,
+)
+from wino.pick import default_fused_specs, default_stage_specs
 from wino.problem import Problem
 from wino.runtime import dispatch
 from wino.vocab import DType, Stage, Target, Tile
@@ -21,10 +30,18 @@ V, TS, M = 16 * 18 * 8 * 2, 18 * 4, 16 * 18 * 16 * 4  # 4608, 72, 18432 (fp32 ac
 SPECS = default_stage_specs(PROBLEM, TILE, target=Target.CUDA)
 
 
+#: The fused plans: PROBLEM's (F2x2 p32 k32 with K2a's scales: one tile block, one channel
+#: block) and a held one with its own scales, (N=2 C=16 18x18 K=80, F4x4 p32 k64): 5 x 5 tiles an
+#: image, P = 50 in two tile blocks, K = 80 in two channel blocks of 64.
+FUSED = default_fused_specs(PROBLEM, TILE)
+HELD_PROBLEM = Problem(N=2, C=16, H=18, W=18, K=80, pad_h=1, pad_w=1, dtype=DType.FP16)
+HELD = default_fused_specs(HELD_PROBLEM, Tile(4, 4))
+
+
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     root = tmp_path_factory.mktemp("roofline-cache")
-    host_cache.build(SPECS.values(), root)
+    host_cache.build({*SPECS.values(), *FUSED.values(), *HELD.values()}, root)
     return root
 
 
@@ -68,5 +85,32 @@ def test_host_rates_are_measured_once(root):
     device = open_device(Target.C, root)
     copy = device.copy_gbs()
     assert copy > 0 and device.copy_gbs() == copy  # cached: the same number
+    l2 = device.l2_gbs()
+    assert l2 > 0 and device.l2_gbs() == l2
     rate = device.gemm_tflops(DType.FP32, DType.FP32)
     assert rate > 0 and device.gemm_tflops(DType.FP32, DType.FP32) == rate
+
+
+def test_fused_roofline_by_hand(root):
+    """x, U, fs, y once through memory (and x, ts twice more where K2a runs); U through the L2
+    once per tile block and every tile's window once per channel block; the largest time wins."""
+    plan = dispatch(PROBLEM, target="c", tile=TILE, cache_root=root, specs=FUSED)
+    kf = plan.specs[Stage.FUSED]
+    assert (kf.tiles, kf.kblock, Stage.PRESCALE in plan.specs) == (32, 32, True)
+    assert fused_hbm_bytes(plan) == X + U + FS + Y + X + 2 * TS == 8912
+    assert fused_l2_bytes(plan) == U + 18 * 16 * 8 * 2 == 8704  # one tile block, one k block
+    assert fused_flops(plan) == 73728
+
+    held = dispatch(HELD_PROBLEM, target="c", cache_root=root, specs=HELD)
+    kf = held.specs[Stage.FUSED]
+    assert (kf.tiles, kf.kblock, kf.hold, Stage.PRESCALE in held.specs) == (32, 64, 64, False)
+    u = 36 * 80 * 16 * 2  # 92160
+    x, y, fs = 2 * 18 * 18 * 16 * 2, 2 * 18 * 18 * 80 * 2, 80 * 4  # 20736, 103680, 320
+    assert fused_hbm_bytes(held) == x + u + fs + y == 216896
+    assert fused_l2_bytes(held) == 2 * u + 50 * 36 * 16 * 2 * 2 == 299520
+    assert fused_flops(held) == 2 * 36 * 50 * 80 * 16 == 4608000
+    # 216896 B at 100 GB/s = 2.16896 us; 4.608 MFLOP at 1 TFLOP/s = 4.608 us; 299520 B at
+    # 200 GB/s = 1.4976 us: each term the largest in turn
+    assert fused_bound_us(held, 100.0, 1.0, 200.0) == pytest.approx(4.608)
+    assert fused_bound_us(held, 10.0, 1.0, 200.0) == pytest.approx(21.6896)
+    assert fused_bound_us(held, 100.0, 10.0, 20.0) == pytest.approx(14.976)

@@ -18,6 +18,8 @@ from .timing import CupyGraphTimer, Settings, median_us
 L2_BYTES = 60 << 20  # H200: 60 MB of L2
 MAX_SETS = 16
 COPY_BYTES = 1 << 30
+L2_COPY_BYTES = 8 << 20  # each of the two buffers: both stay in the L2 (50 MB on the H100)
+L2_COPY_LAUNCHES = 32  # copies a timed graph replays (one is a couple of microseconds)
 TORCH_DTYPES = {DType.FP16: "float16", DType.BF16: "bfloat16", DType.FP32: "float32"}
 
 
@@ -138,6 +140,21 @@ class CudaDevice(Device):
         pairs = zip(events[:-1], events[1:], strict=True)
         us = median_us([a.elapsed_time(b) * 1e-3 for a, b in pairs])
         return 2 * src.numel() * src.element_size() / (us * 1e-6) / 1e9
+
+    def measure_l2_gbs(self) -> float:
+        """An elementwise kernel (``cupy.negative``) from one 8 MiB buffer into another, both
+        resident in the L2 after the first launch: 32 launches a CUDA graph, replayed, bytes
+        read + written over the time."""
+        cupy = self.cupy
+        src = cupy.ones(L2_COPY_BYTES // 4, dtype=cupy.float32)
+        dst = cupy.empty_like(src)
+
+        def copies(s: int) -> None:
+            for _ in range(L2_COPY_LAUNCHES):
+                cupy.negative(src, out=dst)
+
+        us = CupyGraphTimer(Settings(3, 20)).time_us(copies)
+        return 2 * L2_COPY_BYTES * L2_COPY_LAUNCHES / (us * 1e-6) / 1e9
 
     def _random_raw(self, shape, dtype: DType):
         """N(0, 1) data as the backend's raw type (uint16 bits for 16-bit dtypes)."""

@@ -31,10 +31,12 @@ class Operands:
 
 @dataclass
 class Rates:
-    """Ceilings measured in this run: copy bandwidth (GB/s, bytes read + written over time) and
-    GEMM rate (TFLOP/s) per (xdtype, accdtype)."""
+    """Ceilings measured in this run: copy bandwidth (GB/s, bytes read + written over time), the
+    same for a copy whose buffers stay in the L2 (the fused roofline's L2 term) and GEMM rate
+    (TFLOP/s) per (xdtype, accdtype)."""
 
     copy_gbs: float | None = None
+    l2_gbs: float | None = None
     gemm_tflops: dict[tuple[DType, DType], float] = field(default_factory=dict)
 
 
@@ -58,6 +60,11 @@ class Device:
             self.rates.copy_gbs = self.measure_copy_gbs()
         return self.rates.copy_gbs
 
+    def l2_gbs(self) -> float:
+        if self.rates.l2_gbs is None:
+            self.rates.l2_gbs = self.measure_l2_gbs()
+        return self.rates.l2_gbs
+
     def gemm_tflops(self, xdtype: DType, accdtype: DType) -> float:
         key = (xdtype, accdtype)
         if key not in self.rates.gemm_tflops:
@@ -71,6 +78,9 @@ class Device:
         return None
 
     def measure_copy_gbs(self) -> float:
+        raise NotImplementedError
+
+    def measure_l2_gbs(self) -> float:
         raise NotImplementedError
 
     def measure_gemm_us(self, step: GemmStep) -> float:

@@ -17,6 +17,8 @@ from .device import Device, Operands
 from .timing import HostTimer, Settings
 
 COPY_BYTES = 64 << 20
+L2_COPY_BYTES = 256 << 10  # each of the two buffers: both in a core's L2
+L2_COPY_REPEATS = 64
 
 
 class HostDevice(Device):
@@ -63,6 +65,17 @@ class HostDevice(Device):
         dst = np.empty_like(src)
         seconds = HostTimer(Settings(1, 5)).time_us(lambda s: np.copyto(dst, src)) * 1e-6
         return 2 * src.nbytes / seconds / 1e9
+
+    def measure_l2_gbs(self) -> float:
+        src = np.random.default_rng().standard_normal(L2_COPY_BYTES // 4, np.float32)
+        dst = np.empty_like(src)
+
+        def copies(s: int) -> None:
+            for _ in range(L2_COPY_REPEATS):
+                np.copyto(dst, src)
+
+        seconds = HostTimer(Settings(1, 5)).time_us(copies) * 1e-6
+        return 2 * src.nbytes * L2_COPY_REPEATS / seconds / 1e9
 
     def measure_gemm_us(self, step: GemmStep) -> float:
         rng = np.random.default_rng()

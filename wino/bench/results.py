@@ -61,9 +61,12 @@ COLUMNS = (
     "cached_tflops",
     "cached_speedup",  # a direct engine's time / this row's cached time
     "cached_winner",  # the fastest engine of the case with U cached
+    # a fused row: bound_us its roofline with U cached, bound_ratio against cached_us
+    "l2_mb",  # what the fused kernel reads through the L2
+    "l2_gbs",  # the L2 bandwidth measured in the run
 )
 #: Columns that are the sweep's content although they come after the first timing.
-_CONTENT_TAIL = ("tolerance", "verified", "plan_kind", "kf")
+_CONTENT_TAIL = ("tolerance", "verified", "plan_kind", "kf", "l2_mb")
 #: Columns that differ between two runs of the same sweep: the timings and the rates and ratios
 #: derived from them, and the error (fresh random operands per run). The other columns are the
 #: sweep's content: what ran (case, tile, binaries, batch split) and whether it verified.

@@ -10,12 +10,20 @@ Bytes per stage, summed over the batch chunks, sizes from the plan's dtypes and
   K3   V read + U read + M write
   K4   M read + y write + fs read (+ ts read)
 bound = sum(bytes) / copy bandwidth + sum(GemmStep.flops) / GEMM rate; ratio = bound / measured.
+
+The fused plan keeps V and M on chip, so its roofline (issue 9's) is the largest of three times,
+U cached: x, U, fs and y through memory once (x again, ts written and read, where K2a runs) at
+the copy bandwidth; the MMA work (2 x bins x tiles x K x C/G) at the GEMM rate; and what the
+fused kernel reads through the L2 at the L2 bandwidth: U once per tile block (each of its
+channel blocks takes its own output channels of every bin) and each tile's window of x once per
+channel block of its group.
 """
 
 from __future__ import annotations
 
-from math import prod
+from math import ceil, prod
 
+from ..geometry import TileGrid
 from ..runtime.plan import GemmStep, Plan, plan_layout
 from ..vocab import Prescale, Stage
 
@@ -69,6 +77,51 @@ def bound_us(plan: Plan, copy_gbs: float, gemm_tflops: float) -> float:
     memory = sum(stage_bytes(plan).values()) / (copy_gbs * 1e9)
     compute = gemm_flops(plan) / (gemm_tflops * 1e12)
     return (memory + compute) * 1e6
+
+
+def fused_hbm_bytes(plan: Plan) -> int:
+    """A fused plan's bytes through memory with U cached: x, U, fs, y (x and ts twice with K2a)."""
+    p, io = plan.problem, plan.problem.dtype.itemsize
+    total = 0
+    for _, images in plan.chunks:
+        layout = plan_layout(p, plan.tile, plan.specs, images)
+        x = images * p.H * p.W * p.C * io
+        total += x + _nbytes(layout, "U") + _nbytes(layout, "fs") + images * p.Ho * p.Wo * p.K * io
+        if Stage.PRESCALE in plan.specs:  # K2a reads x and writes ts, KF reads ts
+            total += x + 2 * _nbytes(layout, "ts")
+    return total
+
+
+def fused_l2_bytes(plan: Plan) -> int:
+    """What a fused plan's kernel reads through the L2: U once per tile block, every tile's
+    window of x (bins values a channel) once per channel block of its group."""
+    p, kf = plan.problem, plan.specs[Stage.FUSED]
+    u_item = plan_layout(p, plan.tile, plan.specs, plan.batch_split)["U"][1].itemsize
+    total = 0
+    for _, images in plan.chunks:
+        tiles = TileGrid.of(p.with_batch(images), plan.tile).P
+        k_blocks = ceil(p.Kg / kf.kblock)
+        u = plan.tile.bins * p.K * p.Cg * u_item
+        x = tiles * plan.tile.bins * p.C * p.dtype.itemsize * k_blocks
+        total += ceil(tiles / kf.tiles) * u + x
+    return total
+
+
+def fused_flops(plan: Plan) -> int:
+    """The fused kernel's MMA work: bins x tiles x K x C/G multiply-adds, every chunk."""
+    p = plan.problem
+    tiles = sum(TileGrid.of(p.with_batch(i), plan.tile).P for _, i in plan.chunks)
+    return 2 * plan.tile.bins * tiles * p.K * p.Cg
+
+
+def fused_bound_us(plan: Plan, copy_gbs: float, mma_tflops: float, l2_gbs: float) -> float:
+    """A fused plan's roofline in microseconds, U cached: the largest of its memory, MMA and L2
+    times (each phase could hide the others)."""
+    return 1e6 * max(
+        fused_hbm_bytes(plan) / (copy_gbs * 1e9),
+        fused_flops(plan) / (mma_tflops * 1e12),
+        fused_l2_bytes(plan) / (l2_gbs * 1e9),
+    )
 
 
 def bandwidth_gbs(nbytes: int, time_us: float) -> float:

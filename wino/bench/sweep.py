@@ -22,7 +22,7 @@ from .cases import case_key
 from .compare import DirectResult
 from .device import Device, Operands
 from .modes import Compare, Engine, Timing
-from .roofline import bandwidth_gbs, bound_us, stage_bytes
+from .roofline import bandwidth_gbs, bound_us, fused_bound_us, fused_l2_bytes, stage_bytes
 from .runs import TileRun
 from .select import Pick, Prober, select
 
@@ -288,7 +288,9 @@ def tile_row(
     )
     for stage, spec in plan.specs.items():
         row[stage.short] = spec.name
-    if not plan.fused:  # the roofline below is the unfused pipeline's
+    if plan.fused:
+        row.update(fused_roofline_columns(plan, run, device))
+    else:  # the unfused pipeline's roofline
         moved = stage_bytes(plan)
         for stage, us in run.stage_us.items():
             row[f"{stage.short}_us"] = results.fmt(us, 6)
@@ -314,6 +316,25 @@ def tile_row(
         verified=verified_cell(run.error, run.verified),
     )
     return row
+
+
+def fused_roofline_columns(plan, run: TileRun, device: Device) -> results.Row:
+    """A fused row's roofline, U cached: the largest of its memory, MMA and L2 times at the
+    rates measured in the run, and its ratio to the U-cached time."""
+    copy, mma, l2 = (
+        device.copy_gbs(),
+        device.gemm_tflops(plan.xdtype, plan.accdtype),
+        device.l2_gbs(),
+    )
+    bound = fused_bound_us(plan, copy, mma, l2)
+    return {
+        "copy_gbs": results.fmt(copy),
+        "gemm_tflops": results.fmt(mma),
+        "l2_gbs": results.fmt(l2),
+        "l2_mb": results.fmt(fused_l2_bytes(plan) / 1e6),
+        "bound_us": results.fmt(bound),
+        "bound_ratio": results.fmt(bound / run.cached_us if run.cached_us else None),
+    }
 
 
 def verified_cell(error: float | None, ok: bool) -> str:
