@@ -138,7 +138,7 @@ def _engine_rows() -> list[results.Row]:
         row("cudnn", "", 100.0, 110.0, verified="", error=""),
         row("wino", "F4x4", 50.0, 60.0),
         row("wino", "F2x2", 40.0, 45.0, verified="no", error="0.5"),
-        row("fused", "F4x4", 80.0, 90.0),
+        {**row("fused", "F4x4", 80.0, 90.0), "bound_us": "40", "l2_mb": "123.4"},
     ]
     other = {**rows[1], "case": "convfp16 -n 2", "label": "fp16 N2 C64 56x56 K64 3x3 p1x1 s1x1"}
     return [*rows, other]
@@ -152,6 +152,18 @@ def test_engine_speedups_take_each_engines_fastest_verified_tile():
     assert case["cached_us"] == {"wino": 2.0, "fused": 1.25}  # F2x2 failed its bound; no baked
     assert case["total_us"] == pytest.approx({"wino": 110 / 60, "fused": 110 / 90})
     assert engine_speedups(_engine_rows(), "bf16") == []
+
+
+def test_engines_table_gives_the_fused_roofline(tmp_path):
+    """The fused engine's roofline (U cached) with its time over it, and its L2 reads; blank
+    where a case has no fused row."""
+    from wino.bench.table import engines_markdown
+
+    lines = engines_markdown(results.write(tmp_path / "e.csv", _engine_rows())).splitlines()
+    assert "| fused roofline us (x its time) | fused L2 MB |" in lines[0]
+    assert "| F4x4 | 80.0 / 90.0 | 40.0 (2.00x) | 123 |" in lines[2]
+    assert "| 50.0 / 60.0 |  |  |  |  |" in lines[3]  # no fused, no baked row
+    assert len(lines[0].split("|")) == len(lines[1].split("|")) == len(lines[2].split("|"))
 
 
 @needs_matplotlib

@@ -56,9 +56,10 @@ def markdown(csv_path: Path) -> str:
 # wino bench --engines: every engine per case, and the geomeans -------------------------------
 ENGINES_HEADER = (
     "| layer | dtype | unfused tile | unfused us (U cached / K1) | fused tile "
-    "| fused us (U cached / K1) | baked us (U cached / K1) | direct us | fastest, U cached "
+    "| fused us (U cached / K1) | fused roofline us (x its time) | fused L2 MB "
+    "| baked us (U cached / K1) | direct us | fastest, U cached "
     "| best AOT / direct | unfused / baked |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 AOT_ENGINES = results.AOT_ENGINES  # what a user gets without compiling
 
@@ -78,6 +79,14 @@ def _pair(row: results.Row | None) -> str:
     if row is None:
         return ""
     return f"{_cell(results.num(row, 'cached_us'))} / {_cell(results.num(row, 'total_us'))}"
+
+
+def _roofline(row: results.Row | None) -> str:
+    """A fused row's roofline and its U-cached time over that roofline ("" without one)."""
+    bound = row and results.num(row, "bound_us")
+    if not bound:
+        return ""
+    return f"{_cell(bound)} ({_cell(results.num(row, 'cached_us') / bound, 2)}x)"
 
 
 def case_ratios(case_rows: list[results.Row]) -> dict[str, float]:
@@ -111,7 +120,8 @@ def engines_case_line(case_rows: list[results.Row]) -> str:
     ratios = case_ratios(case_rows)
     return (
         f"| {label} | {first['dtype']} | {unfused['tile'] if unfused else ''} | {_pair(unfused)} "
-        f"| {fused['tile'] if fused else ''} | {_pair(fused)} | {_pair(baked)} "
+        f"| {fused['tile'] if fused else ''} | {_pair(fused)} | {_roofline(fused)} "
+        f"| {_cell(fused and results.num(fused, 'l2_mb'), 0)} | {_pair(baked)} "
         f"| {_cell(direct and results.num(direct, 'total_us'))} | {fastest} "
         f"| {_cell(ratios.get('aot'), 2)} | {_cell(ratios.get('generic'), 3)} |"
     )
