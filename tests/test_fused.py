@@ -853,12 +853,13 @@ def test_the_warpgroup_mma_gives_the_per_warp_kernels_bits(spec, shape_id, field
 
 # A fixed tile scale, checked (tsfix 6, the default held picks) ---------------------------------
 #: The default held kernels (their own scales at the fixed tile scale 2^-6, fp16 on pairs and bf16)
-#: and a 24-warp warpgroup-MMA kernel at 2^-6: the band of max|x| a tile is [2^-6, 2^6).
+#: at hold 64 and 128, and a 24-warp warpgroup-MMA kernel at 2^-6: the band of max|x| a tile is
+#: [2^-6, 2^6).
 TSFIX = tuple(
     s
     for s in FUSED
-    if s.hold == 64 and s.tile == Tile(4, 4) and s.kpass and not s.chain and not s.min_blocks
-    if s.tsfix
+    if s.hold in (64, 128) and s.tile == Tile(4, 4) and s.kpass and not s.chain
+    if s.tsfix and not s.min_blocks
     if s.tcx == 0 and s.prescale is Prescale.FUSED and (s.io is DType.BF16 or s.xbits == 16)
 ) + (WG[0].replace(warps=24, tsfix=6),)
 
@@ -881,10 +882,12 @@ def test_tsfix_budget_and_rules():
     """Each tile's maximum in its own words after the tile table (the input transform writes V,
     where the maxima's partials lay); refused by rule id: a band whose ends are not normal fp16
     values, and the schedules without the own scales' phases to replace."""
-    assert [(s.io, s.warps, s.wgmma) for s in TSFIX] == [
-        (DType.FP16, 18, 0),
-        (DType.BF16, 18, 0),
-        (DType.FP16, 24, 1),
+    assert [(s.io, s.hold, s.warps, s.wgmma) for s in TSFIX] == [
+        (DType.FP16, 64, 18, 0),
+        (DType.BF16, 64, 18, 0),
+        (DType.FP16, 128, 18, 0),
+        (DType.BF16, 128, 18, 0),
+        (DType.FP16, 64, 24, 1),
     ]
     b, twin = FusedBudget.of(TSFIX[0]), FusedBudget.of(TSFIX[0].replace(tsfix=0))
     assert b.tmx_offset == twin.smem_bytes and b.smem_bytes == twin.smem_bytes + 32 * 4
