@@ -109,6 +109,9 @@ LAYERS = [
     ("c128_56x56_k256", dict(N=16, C=128, H=56, W=56, K=256)),
 ]
 
+if os.environ.get("WINO_LAYERS"):  # a comma list of labels: build and time those only
+    LAYERS = [(label, f) for label, f in LAYERS if label in os.environ["WINO_LAYERS"].split(",")]
+
 COPY_BYTES_PER_S = 4.27e12  # measured on the H200 (DESIGN.md)
 MMA_FLOPS_PER_S = 790e12  # dense bf16 GEMM as measured; mma.sync reaches less
 L2_BYTES_PER_S = 8.5e12
