@@ -66,8 +66,7 @@ FUSED = (
     )
 )
 #: The held kernels with their own scales at the fixed tile scale 2^-6, checked (axis tsfix 6;
-#: the grid has the hold 64 two-pass ones): the hold 128 two-pass kernels and the 24- and 16-warp
-#: wgmma ones.
+#: the grid has the two-pass ones, hold 64 and 128): the 24- and 16-warp wgmma ones.
 FUSED += tuple(
     s.replace(tsfix=6)
     for s in FUSED
@@ -75,6 +74,7 @@ FUSED += tuple(
     if (s.kpass and not s.min_blocks and s.obits == 32 and s.hold > 64)
     or (s.wgmma and s.warps in (24, 16))
 )
+FUSED = tuple(dict.fromkeys(FUSED))  # the grid's own tsfix kernels once
 
 #: The host tests' shapes (tests/test_fused.py): odd extents, C/G % 8 == 0 (async U copies),
 #: dilation, groups, no padding.

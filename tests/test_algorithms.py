@@ -68,11 +68,11 @@ def _held_fused_wins(p: Problem) -> bool:
     """Where the held fused kernel was measured faster (docs/FUSED.md; H200 at C = 64, H100 at
     C = 32 and 64): 16-bit io, ungrouped, 16 <= C <= 64 (its fp16 M's error bound below 16, its
     hold above 64), K = 64 with outputs of at least 56x56, or K = 128 with at least 112x112;
-    and the 128-channel hold (H100, fp16 only): C = K = 128 with at least 112x112."""
+    and the 128-channel hold (H100, fp16 and bf16): C = K = 128 with at least 112x112."""
     held64 = 16 <= p.C <= 64 and (
         p.K == 64 and p.Ho * p.Wo >= 56 * 56 or p.K == 128 and p.Ho * p.Wo >= 112 * 112
     )
-    held128 = p.dtype is DType.FP16 and p.C == p.K == 128 and p.Ho * p.Wo >= 112 * 112
+    held128 = p.C == p.K == 128 and p.Ho * p.Wo >= 112 * 112
     return p.dtype is not DType.FP32 and p.groups == 1 and (held64 or held128)
 
 
@@ -91,8 +91,8 @@ def test_the_shipped_rules_pick_fused_only_where_it_was_measured_faster(root, pu
             chosen += expected is Algorithm.FUSED
     k64 = sum(p.C == p.K == 64 and p.H >= 56 for p in public_problems)
     k128 = sum(p.C == 64 and p.K == 128 and p.H >= 112 for p in public_problems)
-    c128 = sum(p.C == p.K == 128 and p.H >= 112 for p in public_problems)  # fp16 only
-    assert chosen == 2 * (k64 + k128) + c128 == 7
+    c128 = sum(p.C == p.K == 128 and p.H >= 112 for p in public_problems)
+    assert chosen == 2 * (k64 + k128 + c128) == 8
     big = dataclasses.replace(FP16, H=56, W=56, C=64, K=64)
     wide = dict(H=112, W=112, K=128)
     for inside in (dict(C=32), dict(C=16), dict(dtype=DType.BF16), wide, {**wide, "C": 16}):
@@ -102,7 +102,8 @@ def test_the_shipped_rules_pick_fused_only_where_it_was_measured_faster(root, pu
         assert algorithms.choose(dataclasses.replace(big, **other)).algorithm is Algorithm.UNFUSED
     c128 = dataclasses.replace(big, C=128, **wide)
     assert algorithms.choose(c128).rule == "fused_held_c128"
-    for other in (dict(dtype=DType.BF16), dict(C=96), dict(K=64), dict(H=56, W=56), dict(groups=2)):
+    assert algorithms.choose(dataclasses.replace(c128, dtype=DType.BF16)).rule == "fused_held_c128"
+    for other in (dict(dtype=DType.FP32), dict(C=96), dict(K=64), dict(H=56, W=56), dict(groups=2)):
         assert algorithms.choose(dataclasses.replace(c128, **other)).algorithm is Algorithm.UNFUSED
 
 
