@@ -406,6 +406,16 @@ def unwritten(plan, workspace: np.ndarray) -> dict[str, int]:
     }
 
 
+def written_run(plan, x, w) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The plan run over poisoned buffers, every element of y and the workspace asserted
+    written: (y's bits, V's bytes, the tile scales)."""
+    y, workspace = poisoned(plan)
+    plan.run(x, w, y=y, workspace=workspace)
+    assert not any(unwritten(plan, workspace).values())
+    views = plan.backend().workspace(plan, workspace, plan.batch_split)
+    return y.view(np.uint16), views["V"].view(np.uint8), views["ts"].copy()
+
+
 def expected_buffers(plan) -> set[str]:
     names = {"U", "fs", "V", "M"}
     if plan.prescale is not Prescale.NONE:
