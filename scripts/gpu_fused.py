@@ -70,11 +70,8 @@ FUSED = (
 FUSED += tuple(
     s.replace(tsfix=6)
     for s in FUSED
-    if s.hold and s.prescale is Prescale.FUSED and not s.chain and s.tcx == 0 and not s.tsfix
-    if (s.kpass and not s.min_blocks and s.obits == 32 and s.hold > 64)
-    or (s.wgmma and s.warps in (24, 16))
+    if s.wgmma and s.warps in (24, 16) and s.prescale is Prescale.FUSED and not s.tsfix
 )
-FUSED = tuple(dict.fromkeys(FUSED))  # the grid's own tsfix kernels once
 
 #: The host tests' shapes (tests/test_fused.py): odd extents, C/G % 8 == 0 (async U copies),
 #: dilation, groups, no padding.

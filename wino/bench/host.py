@@ -61,21 +61,10 @@ class HostDevice(Device):
         return relative_error(y, ref)
 
     def measure_copy_gbs(self) -> float:
-        src = np.random.default_rng().standard_normal(COPY_BYTES // 4, np.float32)
-        dst = np.empty_like(src)
-        seconds = HostTimer(Settings(1, 5)).time_us(lambda s: np.copyto(dst, src)) * 1e-6
-        return 2 * src.nbytes / seconds / 1e9
+        return _copy_gbs(COPY_BYTES, 1)
 
     def measure_l2_gbs(self) -> float:
-        src = np.random.default_rng().standard_normal(L2_COPY_BYTES // 4, np.float32)
-        dst = np.empty_like(src)
-
-        def copies(s: int) -> None:
-            for _ in range(L2_COPY_REPEATS):
-                np.copyto(dst, src)
-
-        seconds = HostTimer(Settings(1, 5)).time_us(copies) * 1e-6
-        return 2 * src.nbytes * L2_COPY_REPEATS / seconds / 1e9
+        return _copy_gbs(L2_COPY_BYTES, L2_COPY_REPEATS)
 
     def measure_gemm_us(self, step: GemmStep) -> float:
         rng = np.random.default_rng()
@@ -84,3 +73,17 @@ class HostDevice(Device):
         U = rng.standard_normal((step.batch, step.n, step.k), np.float32).astype(x)
         M = np.empty((step.batch, 1, step.m, step.n), acc)
         return HostTimer(Settings(1, 3)).time_us(lambda s: self.backend.gemm(step, V, U, M, 1))
+
+
+def _copy_gbs(nbytes: int, copies: int) -> float:
+    """``copies`` copies of an ``nbytes`` buffer into another a timed call: bytes read + written
+    over the time."""
+    src = np.random.default_rng().standard_normal(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+
+    def run(s: int) -> None:
+        for _ in range(copies):
+            np.copyto(dst, src)
+
+    seconds = HostTimer(Settings(1, 5)).time_us(run) * 1e-6
+    return 2 * src.nbytes * copies / seconds / 1e9

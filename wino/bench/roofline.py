@@ -96,12 +96,11 @@ def fused_l2_bytes(plan: Plan) -> int:
     """What a fused plan's kernel reads through the L2: U once per tile block, every tile's
     window of x (bins values a channel) once per channel block of its group."""
     p, kf = plan.problem, plan.specs[Stage.FUSED]
-    u_item = plan_layout(p, plan.tile, plan.specs, plan.batch_split)["U"][1].itemsize
     total = 0
     for _, images in plan.chunks:
         tiles = TileGrid.of(p.with_batch(images), plan.tile).P
         k_blocks = ceil(p.Kg / kf.kblock)
-        u = plan.tile.bins * p.K * p.Cg * u_item
+        u = plan.tile.bins * p.K * p.Cg * plan.xdtype.itemsize
         x = tiles * plan.tile.bins * p.C * p.dtype.itemsize * k_blocks
         total += ceil(tiles / kf.tiles) * u + x
     return total
