@@ -999,3 +999,107 @@ def test_tsfix_keeps_its_fixed_scale_inside_the_band(spec, tsfix_root):
     assert not np.array_equal(y.view(np.uint16), y_twin.view(np.uint16))
     ref = conv2d_reference(x, w, (problem.pad_h, problem.pad_w), (1, 1), 1)
     assert 0 < relative_error(y, ref) <= bound_for(spec.tile, spec.io, spec.mdtype)
+
+
+# Warps in two roles (overlap 1, off the grid) ---------------------------------------------------
+#: The default held kernels at 2^-6 (fp16 on pairs, bf16) as the pipelined warpgroup-MMA kernel
+#: with its warps in two roles: 16 tiles (V's two buffers), warpgroup 0 multiplies, 16 warps
+#: transform; chain 3, so BAND_PROBLEM's 8 tile blocks leave one workgroup a partial round.
+OVERLAP = tuple(
+    s.replace(tiles=16, warps=20, kpass=0, wgmma=1, chain=3, overlap=1)
+    for s in TSFIX
+    if s.hold == 64 and not s.wgmma
+)
+
+
+def _one_block_twin(spec: RtFusedSpec) -> RtFusedSpec:
+    """The one-block warpgroup-MMA kernel of the same tiles (two warpgroups of 18 bins)."""
+    return spec.replace(overlap=0, chain=0, warps=8)
+
+
+@pytest.fixture(scope="module")
+def overlap_root(tmp_path_factory):
+    """The OVERLAP kernels and their one-block twins."""
+    plans = (
+        (s, _problem(s.io, **fields))
+        for s in (*OVERLAP, *map(_one_block_twin, OVERLAP))
+        for fields in (*(f for _, f in SHAPES), BAND_PROBLEM)
+    )
+    return _built(tmp_path_factory.mktemp("fused-overlap-cache"), plans)
+
+
+def test_overlap_budget_and_rules():
+    """Two V buffers (the MMA's tile block, the transforms'), two Tmx slots, warpgroup 0 owning
+    all 36 bins; refused by rule id: a flag past 1, no pipeline, no fixed tile scale with the
+    own scales, no transform warps, 32 tiles (two buffers past shared memory), HIP."""
+    assert [(s.io, s.xbits) for s in OVERLAP] == [(DType.FP16, 16), (DType.BF16, 32)]
+    b, twin = FusedBudget.of(OVERLAP[0]), FusedBudget.of(_one_block_twin(OVERLAP[0]))
+    assert (b.xs_elems, b.bin_ld, b.acc_per_thread) == (36 * 16 * 64, 16 * 64, 8)
+    assert b.bins_per_warp == 36 and twin.bins_per_warp == 18
+    assert b.table_offset == 2 * twin.table_offset == 2 * 36 * 16 * 64 * 2
+    assert b.tmx_offset == b.table_offset + 4 * 16 * 28 and b.smem_bytes == b.tmx_offset + 2 * 64
+    assert all(spec_refusal(s, t) is None for s in OVERLAP for t in (Target.C, Target.CUDA))
+    spec = OVERLAP[0]
+    for changes, rule in [
+        (dict(overlap=2), "fused_overlap_invalid"),
+        (dict(chain=0), "fused_overlap_needs"),
+        (dict(tsfix=0), "fused_overlap_needs"),
+        (dict(warps=4), "fused_overlap_needs"),
+        (dict(warps=5), None),  # one transform warp
+        (dict(tiles=32), "fused_shared_memory"),
+    ]:
+        refusal = spec_refusal(spec.replace(**changes), Target.CUDA)
+        assert (refusal and refusal.rule) == rule, changes
+    assert spec_refusal(spec, Target.HIP).rule == "fused_wgmma_not_amd"
+
+
+def test_overlap_renders_two_roles():
+    """CUDA: only warpgroup 0 enters the bin loop and its named barrier; the transform warps
+    meet at barrier 15 (their 512 threads), fence V's stores for the next step's MMA, and
+    stride their items by 512 from thread 128; the block's barrier closes each step. The host:
+    the same text, every thread in every loop, each phase gated by role."""
+    cuda, c = render(OVERLAP[0], "cuda"), render(OVERLAP[0], "c")
+    assert "j < ((tid < 128u) ? (mma_on ? 36 : 0) : 0)" in cuda and "j < (mma_on ? 36 : 0)" in c
+    assert cuda.count('if (tid >= 128u) asm volatile("bar.sync 15, 512;" ::: "memory");') == 2
+    assert "for (int e = (int)tid - 128; e < 512; e += 512)" in cuda
+    assert "wino_wg_issue(d, (V2 + (it & 1) * 36864) + a * 1024u, 64, &f[0], A.Cg, lane);" in c
+    assert "fence.proxy.async.shared::cta;" in cuda and "asm" not in c
+    assert "__syncthreads();" in cuda and "bar.sync" not in c
+
+
+@pytest.mark.parametrize("spec", OVERLAP, ids=[s.name for s in OVERLAP])
+@pytest.mark.parametrize("shape_id, fields", SHAPES, ids=[i for i, _ in SHAPES])
+def test_overlap_gives_the_one_block_kernels_bits(spec, shape_id, fields, overlap_root):
+    """Every item by the same operations in the same order as the one-block kernel's phases:
+    y bit for bit its twin's, over poisoned buffers (every output written), within the tile's
+    bound. Odd extents, dilation, groups, no padding."""
+    problem = _problem(spec.io, **fields)
+    plan = dispatch(problem, target="c", cache_root=overlap_root, specs=_pipeline(spec, problem))
+    assert plan.steps[-1].name == spec.name
+    y, error = run_poisoned(plan, "ov" + shape_id)
+    assert 0 < error <= bound_for(spec.tile, spec.io, spec.mdtype)
+    twin = _one_block_twin(spec)
+    twin_plan = dispatch(
+        problem, target="c", cache_root=overlap_root, specs=_pipeline(twin, problem)
+    )
+    y_twin, _ = run_poisoned(twin_plan, "ov" + shape_id)
+    assert np.array_equal(y.view(np.uint16), y_twin.view(np.uint16))
+
+
+@pytest.mark.parametrize("kind", ["past", "tiny", "wide", "mixed", "low"])
+@pytest.mark.parametrize("spec", OVERLAP, ids=[s.name for s in OVERLAP])
+def test_overlap_redoes_a_block_as_the_one_block_kernel_does(spec, kind, overlap_root):
+    """BAND_PROBLEM (8 tile blocks, three workgroups of 3, 3 and 2): blocks with a tile
+    outside the band transformed again at their own scales by the transform warps alone, in
+    the step that reads them: y is the one-block kernel's bit for bit on data past, under,
+    across and inside the band."""
+    problem = _problem(spec.io, **BAND_PROBLEM)
+    x = _band_data(kind, problem)
+    w = _rng("w-" + kind).standard_normal((problem.K, 3, 3, problem.Cg)).astype(x.dtype)
+    plans = (
+        dispatch(problem, target="c", cache_root=overlap_root, specs=_pipeline(s, problem))
+        for s in (spec, _one_block_twin(spec))
+    )
+    y, y_twin = (plan.run(x, w) for plan in plans)
+    assert np.array_equal(y.view(np.uint16), y_twin.view(np.uint16))
+    assert np.isfinite(y.astype(np.float32)).mean() > 0.5
