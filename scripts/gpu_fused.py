@@ -73,14 +73,14 @@ FUSED += tuple(
     if s.wgmma and s.warps in (24, 16) and s.prescale is Prescale.FUSED and not s.tsfix
 )
 #: The default hold 64 kernels at 2^-6 (fp16 on pairs, bf16) as pipelined 16-tile warpgroup-MMA
-#: kernels with their warps in two roles (axis overlap 1): 12 and 16 warps (8 and 12 transform
+#: kernels with their warps in two roles (axis overlap 1): 16 and 20 warps (12 and 16 transform
 #: warps); chain 1, so a launch re-sized to the SMs (``_resized``) sets how many blocks each runs.
 OVERLAP = tuple(
     s.replace(tiles=16, warps=warps, kpass=0, wgmma=1, chain=1, overlap=1)
     for s in GRID_FUSED
     if s.hold == 64 and s.tsfix and s.tcx == 0 and s.kpass and not s.chain and not s.min_blocks
     if s.prescale is Prescale.FUSED and (s.io is DType.BF16 or s.xbits == 16)
-    for warps in (12, 16)
+    for warps in (16, 20)
 )
 FUSED += OVERLAP
 
