@@ -72,26 +72,6 @@ FUSED += tuple(
     for s in FUSED
     if s.wgmma and s.warps in (24, 16) and s.prescale is Prescale.FUSED and not s.tsfix
 )
-#: The default hold 64 kernels at 2^-6 (fp16 on pairs, bf16) as pipelined 16-tile warpgroup-MMA
-#: kernels with their warps in two roles (axis overlap 1): 16 and 20 warps (12 and 16 transform
-#: warps); chain 1, so a launch re-sized to the SMs (``_resized``) sets how many blocks each runs.
-OVERLAP = tuple(
-    s.replace(tiles=16, warps=warps, kpass=0, wgmma=1, chain=1, overlap=1)
-    for s in GRID_FUSED
-    if s.hold == 64 and s.tsfix and s.tcx == 0 and s.kpass and not s.chain and not s.min_blocks
-    if s.prescale is Prescale.FUSED and (s.io is DType.BF16 or s.xbits == 16)
-    for warps in (16, 20)
-)
-FUSED += OVERLAP
-
-
-def _redo_twin(spec):
-    """The kernel whose bits a tsfix kernel's redo gives: its tsfix 0 twin; for the overlap
-    kernels (which need tsfix), the one-block warpgroup-MMA kernel of the same tiles."""
-    if getattr(spec, "overlap", 0):
-        return spec.replace(overlap=0, chain=0, warps=8)
-    return spec.replace(tsfix=0)
-
 
 #: The host tests' shapes (tests/test_fused.py): odd extents, C/G % 8 == 0 (async U copies),
 #: dilation, groups, no padding.
@@ -211,11 +191,6 @@ def build(contains: str = "") -> None:
     specs.update(default_fused_specs(_prefetched_problem(), Tile(4, 4)).values())
     for spec in (s for s in FUSED if s.hold > 64 and _named(s, contains)):
         specs.update(_pipeline(spec, _past_64_channels(spec)).values())
-    for spec in (s for s in OVERLAP if _named(s, contains)):  # check's redo twins
-        for _, fields in SHAPES:
-            problem = _problem(spec.io, **fields)
-            if _fits(spec, problem):
-                specs.update(_pipeline(_redo_twin(spec), problem).values())
     result = builder.build(
         sorted(specs, key=lambda s: s.name), [Target.CUDA], root=ROOT, jobs=os.cpu_count() or 4
     )
@@ -257,10 +232,10 @@ def _run_poisoned(plan, xt, wt, bias=None):
 def _band_redo_matches(spec, problem: Problem, xt, wt, shape_id: str, scale: float) -> bool:
     """A tsfix kernel on x times ``scale`` outside its band (2^7 for fp16, 2^14 for bf16: every
     tile past 2^6, where the fixed scale's y would differ; 2^-12: under 2^-6): every block
-    takes the own scales from its maxima, so y is the redo twin's bit for bit (``_redo_twin``)."""
+    takes the own scales from its maxima, so y is the tsfix 0 twin's bit for bit."""
     import torch
 
-    twin = _redo_twin(spec)
+    twin = spec.replace(tsfix=0)
     xs = (xt.float() * scale).to(xt.dtype)
     ys = [
         _run_poisoned(
@@ -526,8 +501,6 @@ def sanitize(contains: str = "") -> None:
     plans += [(s, _problem(s.io, C=64, K=40, H=30, W=29)) for s in FUSED if s.tsfix]
     for spec, problem in ((s, p) for s, p in plans if _named(s, contains)):
         plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
-        if getattr(spec, "overlap", 0):  # two workgroups, four blocks each: both buffers cycle
-            plan = _resized(plan, 2)
         _, _, xt, wt = _device_inputs(problem, "sanitize")
         import torch
 
@@ -590,47 +563,6 @@ def resident(contains: str = "_l12") -> None:
             cupy.get_default_memory_pool().free_all_blocks()
 
 
-def overlap(dtype_name: str = "fp16", contains: str = "_r1") -> None:
-    """Each overlap kernel (axis overlap 1) whose name holds ``contains``, its grid re-sized to
-    the device's SMs, against the default fused pick and cuDNN, U cached, per layer it fits, in
-    one run on the same tensors; the error against an fp32 reference."""
-    import cupy
-    import torch
-
-    from wino.bench.compare import configure
-    from wino.bench.timing import CupyGraphTimer, Settings, TorchGraphTimer
-    from wino.runtime.plan import clear_plan_cache
-
-    configure(torch)
-    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
-    print(f"overlap: {torch.cuda.get_device_name()}, {sms} SMs, {dtype_name}")
-    settings = Settings(warmup=5, repeats=20)
-    timer, ttimer = CupyGraphTimer(settings), TorchGraphTimer(settings)
-    for label, fields in LAYERS:
-        problem = _layer(fields, DType(dtype_name))
-        specs = [s for s in OVERLAP if s.io is problem.dtype and _named(s, contains)]
-        specs = [s for s in specs if _fits(s, problem)]
-        if not specs:
-            continue
-        _, _, xt, wt = _device_inputs(problem, label)
-        ref = torch.nn.functional.conv2d(
-            xt.permute(0, 3, 1, 2).float(), wt.permute(0, 3, 1, 2).float(), None, 1, 1
-        ).permute(0, 2, 3, 1)
-        clear_plan_cache()
-        default = dispatch(problem, target="cuda", cache_root=ROOT, algorithm="fused")
-        t_default, y = _timed_plan(default, xt, wt, timer)
-        row = [f"default {t_default:.1f} ({_max_relative_error(y, ref):.1e})"]
-        for spec in specs:
-            clear_plan_cache()  # a fresh plan: its launches are re-sized below
-            plan = dispatch(problem, target="cuda", cache_root=ROOT, specs=_pipeline(spec, problem))
-            t, y = _timed_plan(_resized(plan, sms), xt, wt, timer)
-            row.append(f"w{spec.warps} {t:.1f} ({_max_relative_error(y, ref):.1e})")
-        t_cudnn = ttimer.time_us(_cudnn_issue(torch, xt, wt))
-        print(f"{dtype_name} {label}: " + " | ".join(row) + f" | cudnn {t_cudnn:.1f}")
-        del xt, wt, ref
-        cupy.get_default_memory_pool().free_all_blocks()
-
-
 def profile(layer: str, spec_name: str) -> None:
     """The layer's fused plan with the named KF spec, U cached, run twice (ncu profiles one
     launch: ``ncu -k regex:kf_ --launch-skip 1 -c 1``)."""
@@ -657,7 +589,6 @@ if __name__ == "__main__":
         "time": time_layers,
         "sanitize": sanitize,
         "resident": resident,
-        "overlap": overlap,
         "profile": profile,
         "epilogue": epilogue,
     }

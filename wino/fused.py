@@ -48,10 +48,6 @@ unpadded, their 16-byte units XOR-swizzled by the row's index mod 8 (the 128-byt
 MMA's shared-memory descriptor names; ``wino_vidx``), bins tm x 128 bytes apart from a
 ``SWIZZLE_ALIGN``-aligned start, so every 8-row atom starts aligned; the accumulators per thread
 are one bin's tm x kb / 128, the A fragments (U) two 16-byte rows a 32-channel step.
-With ``overlap`` 1 (wgmma 1, chain > 0: warps in two roles) warpgroup 0 owns every bin of a
-tile block while the other warps transform the blocks before and after it, so V is two
-buffers (``xs_elems`` apart: the MMA's block in one, the transforms' in the other) and Tmx
-two slots (block i + 1's maxima are taken while block i + 2's slot is cleared).
 Warps own whole bins and multiply them one after another, so the accumulators per thread are
 one bin's: tm x kb / 32, or with ``kpass`` (kb / kpass passes over the same V) one pass's,
 tm x kpass / 32, the earlier passes' M parked as fp16 pairs in registers until the last pass.
@@ -106,17 +102,13 @@ class FusedBudget:
     ring: int = 1  # tile tables (TABLE_RING with chain > 0)
     wgmma: int = 0  # held schedule: 1 runs each bin on a warpgroup's wgmma (axis wgmma)
     tmx_offset: int = 0  # tsfix > 0: bytes from the start of shared memory to Tmx (u32 a tile)
-    overlap: int = 0  # wgmma 1, chain > 0: 1 puts the MMA and the transforms on separate warps
 
     @classmethod
     def of(cls, spec: RtFusedSpec) -> FusedBudget:
         bins, tm, kb = spec.tile.bins, spec.tiles, spec.kblock
         hold = getattr(spec, "hold", 0)  # 0 where a grid does not declare the axis
         wgmma = getattr(spec, "wgmma", 0) if hold > 0 else 0
-        overlap = getattr(spec, "overlap", 0) if wgmma else 0
-        buffers = 2 if overlap else 1  # V's: the MMA's tile block, the transforms'
         owners = spec.warps // WARPGROUP if wgmma else spec.warps  # of whole bins
-        owners = 1 if overlap else owners  # warpgroup 0 multiplies every bin
         per_warp = bins // owners if owners > 0 and bins % owners == 0 else 0
         tcx = getattr(spec, "tcx", 0) if hold > 0 else 0
         chain = getattr(spec, "chain", 0) if hold > 0 else 0
@@ -125,7 +117,7 @@ class FusedBudget:
             lda, bin_ld = hold, tm * hold  # bin a at a x tm x 128 bytes: atoms stay aligned
             xs, us, cols, ms_ld = bins * bin_ld, 0, kb, lda
             slot_ld = slot_elems = 0
-            table = tpm = -(-xs * buffers * spec.mdtype.itemsize // 16) * 16
+            table = tpm = -(-xs * spec.mdtype.itemsize // 16) * 16
             kpass, park = kb, 0
             acc = tm * kb // (32 * WARPGROUP) if per_warp else 0
             regs = acc + 2 * 4 * (hold // STEP)  # two 16-byte U rows a 32-channel step
@@ -161,7 +153,7 @@ class FusedBudget:
             smem += -(-kb * 4 // 16) * 16
         tmx = smem if hold > 0 and getattr(spec, "tsfix", 0) else 0
         if tmx:  # after the tiles: each tile's max|x| as the input transform reads it
-            smem += buffers * -(-tm * 4 // 16) * 16
+            smem += -(-tm * 4 // 16) * 16
         regs += max(64, bins + REG_OVERHEAD)
         return cls(
             lda=lda,
@@ -189,7 +181,6 @@ class FusedBudget:
             ring=ring,
             wgmma=wgmma,
             tmx_offset=tmx,
-            overlap=overlap,
         )
 
 

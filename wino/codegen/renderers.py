@@ -332,18 +332,6 @@ class Renderer:
         before it, its threads see after it (the emulation: a phase boundary)."""
         return self.warp_barrier()
 
-    def role_count(self, member: str, count: str) -> str:
-        """The trip count of a block-uniform loop whose phases only the threads of one role
-        (``member``, a condition on tid) work in: every thread's under the emulation (a phase
-        runs every thread; each phase body tests ``member`` itself)."""
-        return f"({count})"
-
-    def role_barrier(self, member: str, threads: int) -> str:
-        """Between two phases of the ``threads`` threads for which ``member`` holds (axis
-        overlap: the transform warps): what they did before it, they see after it, while the
-        block's other threads go on (the emulation: a phase boundary)."""
-        return self.warp_barrier()
-
     def async_proxy_fence(self) -> str:
         """After a thread's shared-memory stores that a later asynchronous MMA reads (CUDA:
         the generic-to-async proxy fence; nothing elsewhere)."""
@@ -856,14 +844,6 @@ class CudaRenderer(Renderer):
                 )
             out.append(head + "".join(body))
         return "".join(out) + "  }\n"
-
-    def role_count(self, member: str, count: str) -> str:
-        """Only the role's threads enter the loop (the others go on to the next phase)."""
-        return f"(({member}) ? ({count}) : 0)"
-
-    def role_barrier(self, member: str, threads: int) -> str:
-        """Named barrier 15 (the warpgroups' are 1 + their index), the role's threads only."""
-        return f'}}\n  if ({member}) asm volatile("bar.sync 15, {threads};" ::: "memory");\n  {{'
 
     def group_barrier(self) -> str:
         """The warpgroup's named barrier (1 + its index: 0 is __syncthreads'), 128 threads."""
