@@ -758,21 +758,14 @@ class CudaRenderer(Renderer):
             "  const int w = (int)(lane >> 5), g = (int)((lane >> 2) & 7u), t = (int)(lane & 3u);\n"
             "  const int k = 16 * w + 2 * g;\n"
             "  const unsigned short* const p0 = u + k * ldu + 8 * t;\n"
-            "  if ((ldu & 7) == 0 && (cols & 7) == 0) {\n"
-            "    /* every 16-byte unit wholly in or out of range: predicated loads straight into\n"
-            "     * the fragment, zero where out (no select after a load: nothing waits for its\n"
-            "     * data before the MMA that reads it), back to back */\n"
+            "  if (k + 1 < rows && (ldu & 7) == 0 && (cols & 31) == 0) {\n"
+            "    /* whole 32-channel steps, both rows in range: the loads back to back */\n"
             "#pragma unroll\n"
             f"    for (int s = 0; s < {steps}; ++s)\n"
             "#pragma unroll\n"
             "      for (int r = 0; r < 2; ++r) {\n"
-            "        const int in = k + r < rows && 32 * s + 8 * t < cols;\n"
-            "        unsigned* const x = f->a[s][r].w;\n"
-            '        asm volatile("{\\n .reg .pred q;\\n setp.ne.b32 q, %4, 0;\\n"\n'
-            '                     " mov.b32 %0, 0;\\n mov.b32 %1, 0;\\n mov.b32 %2, 0;\\n mov.b32 %3, 0;\\n"\n'
-            '                     " @q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%5];\\n}"\n'
-            '                     : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])\n'
-            '                     : "r"(in), "l"(p0 + r * ldu + 32 * s));\n'
+            "        const wino_b16 z = {{0u, 0u, 0u, 0u}};\n"
+            "        f->a[s][r] = 32 * s < cols ? *(const wino_b16*)(p0 + r * ldu + 32 * s) : z;\n"
             "      }\n"
             "    return;\n"
             "  }\n"
