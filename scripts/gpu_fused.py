@@ -240,11 +240,10 @@ def _run_poisoned(plan, xt, wt, bias=None):
 def _band_redo_matches(spec, problem: Problem, xt, wt, shape_id: str, scale: float) -> bool:
     """A tsfix kernel on x times ``scale`` outside its band (2^7 for fp16, 2^14 for bf16: every
     tile past 2^6, where the fixed scale's y would differ; 2^-12: under 2^-6): every block
-    takes the own scales from its maxima, so y is the tsfix 0 twin's bit for bit (U's
-    fragments in flight change no sum: the twin has uahead 0)."""
+    takes the own scales from its maxima, so y is the tsfix 0 twin's bit for bit."""
     import torch
 
-    twin = spec.replace(tsfix=0, uahead=0)
+    twin = spec.replace(tsfix=0)
     xs = (xt.float() * scale).to(xt.dtype)
     ys = [
         _run_poisoned(
