@@ -72,14 +72,6 @@ FUSED += tuple(
     for s in FUSED
     if s.wgmma and s.warps in (24, 16) and s.prescale is Prescale.FUSED and not s.tsfix
 )
-#: Those at 2^-6 with U fragments in flight (axis uahead): 24 warps (6 bins a warpgroup) two
-#: ahead, 16 (9) three, 12 (12) three and four.
-FUSED += tuple(
-    s.replace(warps=warps, uahead=ahead)
-    for s in FUSED
-    if s.wgmma and s.tsfix and s.warps == 24
-    for warps, ahead in ((24, 2), (16, 3), (12, 3), (12, 4))
-)
 
 #: The host tests' shapes (tests/test_fused.py): odd extents, C/G % 8 == 0 (async U copies),
 #: dilation, groups, no padding.

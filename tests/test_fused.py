@@ -756,21 +756,17 @@ WG = tuple(
 )
 
 
-#: The WG kernels with three U fragments in flight (axis uahead: each loaded three bins ahead).
-WG_AHEAD = tuple(s.replace(uahead=3) for s in WG)
-
-
 def _per_warp_twin(spec: RtFusedSpec) -> RtFusedSpec:
     """The grid's two-pass, 18-warp held kernel the wgmma spec was made from."""
-    return spec.replace(warps=18, kpass=32, wgmma=0, uahead=0)
+    return spec.replace(warps=18, kpass=32, wgmma=0)
 
 
 @pytest.fixture(scope="module")
 def wg_root(tmp_path_factory):
-    """The WG and WG_AHEAD kernels and their per-warp twins (the grid's)."""
+    """The WG kernels and their per-warp twins (the grid's)."""
     plans = (
         (s, _problem(s.io, **fields))
-        for s in (*WG, *WG_AHEAD, *map(_per_warp_twin, WG))
+        for s in (*WG, *map(_per_warp_twin, WG))
         for _, fields in SHAPES
     )
     return _built(tmp_path_factory.mktemp("fused-wg-cache"), plans)
@@ -804,17 +800,11 @@ def test_wgmma_budget_and_rules():
         (dict(tiles=16), None),  # m64n16k16
         (dict(tiles=24), "fused_tiles_not_mma_m"),  # every fused kernel: multiples of 16
         (dict(chain=2), "fused_wgmma_needs_held64"),
-        (dict(uahead=3), None),  # 9 bins a warpgroup
-        (dict(uahead=2), "fused_uahead_needs_wgmma"),  # does not divide 9
-        (dict(uahead=10), "fused_uahead_needs_wgmma"),
-        (dict(uahead=-1), "fused_uahead_needs_wgmma"),
     ]:
         refusal = spec_refusal(spec.replace(**changes), Target.CUDA)
         assert (refusal and refusal.rule) == rule, changes
     assert spec_refusal(spec, Target.HIP).rule == "fused_wgmma_not_amd"
     assert FusedBudget.of(spec.replace(wgmma=0, warps=18, kpass=32)).lda == 72
-    per_warp = spec.replace(wgmma=0, warps=18, kpass=32, uahead=3)
-    assert spec_refusal(per_warp, Target.CUDA).rule == "fused_uahead_needs_wgmma"
 
 
 def test_the_warpgroup_mma_renders_wgmma_on_cuda_and_loops_on_the_host():
@@ -843,29 +833,13 @@ def test_the_warpgroup_mma_renders_wgmma_on_cuda_and_loops_on_the_host():
     assert "wgmma." not in twin and swizzled not in twin and "return row * ld + col;" in twin
 
 
-def test_uahead_loads_each_fragment_as_its_mma_finishes():
-    """uahead 3: the warpgroup's first three bins' U loaded before its first MMA, then per bin
-    the MMA on its own fragment, the wait, and that fragment's next load (the warpgroup's bin
-    three further on: 3 x 4 warpgroups = 12 bins on) before the M stores; no fragment copies."""
-    cuda = render(WG_AHEAD[0], "cuda")
-    assert "for (int j0 = 0; j0 < 9; j0 += 3) {" in cuda
-    for dd in range(3):
-        issue = f"wino_wg_issue(d, Vs + a * 2048u, 64, &f[{dd}], A.Cg, lane);"
-        wait = f"wino_wg_wait(d, &f[{dd}]);"
-        load = f"if (j0 + {dd + 3} < 9)\n      wino_wg_load(&f[{dd}], U + ((int)a + 12) * A.K"
-        assert issue in cuda and wait in cuda and load in cuda
-        assert cuda.index(issue) < cuda.index(wait) < cuda.index(load)
-    assert "f[0] = f[1];" not in cuda and "f[0] = f[1];" in render(WG[0], "cuda")
-
-
-@pytest.mark.parametrize("spec", WG + WG_AHEAD, ids=[s.name for s in WG + WG_AHEAD])
+@pytest.mark.parametrize("spec", WG, ids=[s.name for s in WG])
 @pytest.mark.parametrize("shape_id, fields", SHAPES, ids=[i for i, _ in SHAPES])
 def test_the_warpgroup_mma_gives_the_per_warp_kernels_bits(spec, shape_id, fields, wg_root):
     """The same sums in the same order (each 32-channel step, then the steps), stored in the
-    swizzled layout and read back through it, bins split over warpgroups instead of warps, U
-    one or three fragments ahead: y bit for bit the per-warp kernel's, over poisoned buffers
-    (every output written), within the tile's bound of the float64 reference. Odd extents,
-    dilation, groups, no padding."""
+    swizzled layout and read back through it, bins split over warpgroups instead of warps:
+    y bit for bit the per-warp kernel's, over poisoned buffers (every output written), within
+    the tile's bound of the float64 reference. Odd extents, dilation, groups, no padding."""
     problem = _problem(spec.io, **fields)
     plan = dispatch(problem, target="c", cache_root=wg_root, specs=_pipeline(spec, problem))
     assert plan.steps[-1].name == spec.name
