@@ -999,3 +999,79 @@ def test_tsfix_keeps_its_fixed_scale_inside_the_band(spec, tsfix_root):
     assert not np.array_equal(y.view(np.uint16), y_twin.view(np.uint16))
     ref = conv2d_reference(x, w, (problem.pad_h, problem.pad_w), (1, 1), 1)
     assert 0 < relative_error(y, ref) <= bound_for(spec.tile, spec.io, spec.mdtype)
+
+
+# Two input items in flight a thread (xilp 2) ---------------------------------------------------
+#: The default held kernels (hold 64 fp16 and bf16, hold 128 fp16) with each thread's windows of
+#: two 32-channel steps loaded before either is transformed.
+XILP = tuple(s.replace(xilp=2) for s in TSFIX if not s.wgmma and (s.hold == 64 or s.xbits == 16))
+
+
+@pytest.fixture(scope="module")
+def xilp_root(tmp_path_factory):
+    """The XILP kernels and their xilp 1 twins (the grid's)."""
+    plans = (
+        (s, _problem(s.io, **fields))
+        for s in (*XILP, *(s.replace(xilp=1) for s in XILP))
+        for fields in (*(f for _, f in SHAPES), BAND_PROBLEM)
+    )
+    return _built(tmp_path_factory.mktemp("fused-xilp-cache"), plans)
+
+
+def test_xilp_rules_and_text():
+    """Refused by rule id outside the held one-block schedule on the CUDA cores; the CUDA text
+    loads the second step's window (into raw1) before the first step's transform."""
+    assert [(s.io, s.hold) for s in XILP] == [
+        (DType.FP16, 64),
+        (DType.BF16, 64),
+        (DType.FP16, 128),
+    ]
+    spec = XILP[0]
+    for changes, rule in [
+        (dict(xilp=3), "fused_xilp_needs_held"),
+        (dict(xilp=0), "fused_xilp_needs_held"),
+        (dict(tsfix=0, chain=2), "fused_xilp_needs_held"),
+    ]:
+        refusal = spec_refusal(spec.replace(**changes), Target.CUDA)
+        assert (refusal and refusal.rule) == rule, changes
+    cuda = render(spec, "cuda")
+    assert "for (int c0 = 0; c0 < A.Cg; c0 += 64) {" in cuda
+    second = cuda.index("unsigned* const raw = raw1;")
+    assert second < cuda.index("wino_h2bits(win[a])", second - 3000)
+    assert "raw1" not in render(spec.replace(xilp=1), "cuda")
+
+
+@pytest.mark.parametrize("spec", XILP, ids=[s.name for s in XILP])
+@pytest.mark.parametrize(
+    "shape_id, fields", [*SHAPES, ("band", BAND_PROBLEM)], ids=[*(i for i, _ in SHAPES), "band"]
+)
+def test_xilp_gives_the_one_item_kernels_bits(spec, shape_id, fields, xilp_root):
+    """The same operations per item in another order: y bit for bit the xilp 1 twin's over
+    poisoned buffers (every output written), within the tile's bound; odd C/G (a last step
+    with one pair column), dilation, groups, no padding, C/G 64 and 128."""
+    problem = _problem(spec.io, **fields)
+    y, error = run_poisoned(
+        dispatch(problem, target="c", cache_root=xilp_root, specs=_pipeline(spec, problem)),
+        "xilp" + shape_id,
+    )
+    assert 0 < error <= bound_for(spec.tile, spec.io, spec.mdtype)
+    twin = spec.replace(xilp=1)
+    y_twin, _ = run_poisoned(
+        dispatch(problem, target="c", cache_root=xilp_root, specs=_pipeline(twin, problem)),
+        "xilp" + shape_id,
+    )
+    assert np.array_equal(y.view(np.uint16), y_twin.view(np.uint16))
+
+
+@pytest.mark.parametrize("spec", XILP, ids=[s.name for s in XILP])
+def test_xilp_redoes_a_block_as_the_one_item_kernel_does(spec, xilp_root):
+    """x past the band (every block redone at its own scales): the twin's bits."""
+    problem = _problem(spec.io, **BAND_PROBLEM)
+    x = _band_data("past", problem)
+    w = _rng("w-xilp").standard_normal((problem.K, 3, 3, problem.Cg)).astype(x.dtype)
+    plans = (
+        dispatch(problem, target="c", cache_root=xilp_root, specs=_pipeline(s, problem))
+        for s in (spec, spec.replace(xilp=1))
+    )
+    y, y_twin = (plan.run(x, w) for plan in plans)
+    assert np.array_equal(y.view(np.uint16), y_twin.view(np.uint16))
