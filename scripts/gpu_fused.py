@@ -72,19 +72,6 @@ FUSED += tuple(
     for s in FUSED
     if s.wgmma and s.warps in (24, 16) and s.prescale is Prescale.FUSED and not s.tsfix
 )
-#: The default held kernels (tsfix 6, hold 64 and 128) with two input items in flight a thread
-#: (axis xilp 2), and at 12 warps (168 registers a thread) with one and two.
-_DEFAULT_HELD = tuple(
-    s
-    for s in GRID_FUSED
-    if s.hold and s.tsfix and s.tcx == 0 and not s.chain and not s.min_blocks and s.kpass
-    if s.io is DType.BF16 or s.xbits == 16
-)
-FUSED += tuple(
-    s.replace(warps=warps, xilp=xilp)
-    for s in _DEFAULT_HELD
-    for warps, xilp in ((18, 2), (12, 1), (12, 2))
-)
 
 #: The host tests' shapes (tests/test_fused.py): odd extents, C/G % 8 == 0 (async U copies),
 #: dilation, groups, no padding.
