@@ -7,7 +7,11 @@ of the warp stall samples and of each stall reason's samples, and its most execu
         --clock-control none -k regex:kf_ --launch-skip 1 -c 1 -o /tmp/r \\
         python3 scripts/gpu_fused.py profile vgg16_conv1_2 <KF spec>
     ncu -i /tmp/r.ncu-rep --page source --csv --print-source sass > sass.csv
-    python3 scripts/ncu_phases.py sass.csv [--names table,maxima,...]
+    python3 scripts/ncu_phases.py sass.csv [--names table,maxima,...] [--top long_sb]
+
+``--top REASON`` then lists the instructions with the most samples of that stall reason, each
+with its phase and the instruction before it (a stall on a move right after a load says the
+load's data is waited for at once: stop 41's diagnosis of the warpgroup MMA's U loads).
 
 Runs anywhere (no GPU, no ncu): it reads the CSV only.
 """
@@ -42,19 +46,31 @@ def _number(text: str) -> float:
         return 0.0
 
 
-def read_phases(path: str) -> list[collections.Counter]:
-    """One Counter per phase: 'executed', 'samples', 'stall_<reason>', 'op:<opcode>'."""
+def _instructions(path: str) -> list[tuple[str, str, list[str], dict[str, int]]]:
+    """(sass text, opcode, row, column offsets from the row's end) per instruction row."""
     rows = list(csv.reader(open(path, encoding="utf-8")))
     at = next(i for i, row in enumerate(rows) if row and row[0] == "Address")
     head = rows[at]
     # the Source column may hold unescaped quotes: read the metrics from the row's end
     back = {name: i - len(head) for i, name in enumerate(head)}
-    phases = [collections.Counter()]
+    out = []
     for row in rows[at + 1 :]:
         if len(row) < len(head):
             continue
         text = row[1].split()
         opcode = (text[1] if text and text[0].startswith("@") else text[0]) if text else ""
+        out.append((" ".join(text), opcode, row, back))
+    return out
+
+
+def _closes_phase(opcode: str) -> bool:
+    return opcode.startswith("BAR.SYNC") or opcode == "BAR"
+
+
+def read_phases(path: str) -> list[collections.Counter]:
+    """One Counter per phase: 'executed', 'samples', 'stall_<reason>', 'op:<opcode>'."""
+    phases = [collections.Counter()]
+    for _, opcode, row, back in _instructions(path):
         phase = phases[-1]
         executed = _number(row[back[EXECUTED]])
         phase["executed"] += executed
@@ -62,9 +78,35 @@ def read_phases(path: str) -> list[collections.Counter]:
         phase["op:" + opcode.split(".")[0]] += executed
         for stall in STALLS:
             phase["stall_" + stall] += _number(row[back["stall_" + stall]])
-        if opcode.startswith("BAR.SYNC") or opcode == "BAR":
+        if _closes_phase(opcode):
             phases.append(collections.Counter())
     return [p for p in phases if p["executed"] or p["samples"]]
+
+
+def top_stalls(path: str, reason: str, count: int = 10) -> str:
+    """The ``count`` instructions with the most samples of stall ``reason``: the share of all
+    samples, the phase (numbered as report's table: phases without instructions or samples
+    left out), the instruction and the one before it."""
+    if reason not in STALLS:
+        raise ValueError(f"stall reason {reason!r}: use one of {', '.join(STALLS)}")
+    rows, raw, previous, total = [], 0, "", 0.0
+    busy = collections.Counter()  # executed + samples per raw phase
+    for text, opcode, row, back in _instructions(path):
+        samples = _number(row[back[SAMPLES]])
+        total += samples
+        busy[raw] += _number(row[back[EXECUTED]]) + samples
+        rows.append((_number(row[back["stall_" + reason]]), raw, text, previous))
+        previous = text
+        raw += _closes_phase(opcode)
+    kept = sorted(p for p, n in busy.items() if n)
+    number = {p: i for i, p in enumerate(kept)}
+    rows = [(n, number.get(p, -1), text, before) for n, p, text, before in rows]
+    rows.sort(key=lambda r: -r[0])
+    return "\n".join(
+        f"{100 * n / (total or 1.0):.1f}% {reason}, phase {ph}: {text}   (after: {before})"
+        for n, ph, text, before in rows[:count]
+        if n > 0
+    )
 
 
 def report(phases: list[collections.Counter], names: list[str]) -> str:
@@ -95,8 +137,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("csv", help="ncu --page source --csv --print-source sass output")
     parser.add_argument("--names", default="", help="comma-separated phase names, in order")
+    parser.add_argument(
+        "--top", metavar="REASON", help="then the instructions with most samples of this stall"
+    )
     args = parser.parse_args()
     print(report(read_phases(args.csv), [n for n in args.names.split(",") if n]))
+    if args.top:
+        print()
+        print(top_stalls(args.csv, args.top))
     return 0
 
 

@@ -68,3 +68,29 @@ def test_a_quote_inside_the_source_keeps_the_metrics(phases, tmp_path):
     path.write_text(text, encoding="utf-8")
     (only,) = phases.read_phases(str(path))
     assert (only["samples"], only["executed"]) == (7, 9)
+
+
+def test_top_names_the_instructions_a_stall_reason_waits_on(phases, tmp_path):
+    """--top long_sb: the instructions by their long-scoreboard samples, each with its phase
+    (numbered as the table is: an empty phase between two barriers is left out) and the
+    instruction before it; an unknown reason is refused by name; none without samples."""
+    path = _csv(
+        tmp_path,
+        phases,
+        [
+            ("LDG.E.128 R4, [R2.64]", 3000, 10, 0),
+            ("BAR.SYNC.DEFER_BLOCKING 0x0", 1000, 10, 0),
+            ("BAR.SYNC.DEFER_BLOCKING 0x0", 0, 0, 0),
+            ("LDG.E.128 R8, [R6.64]", 1000, 5, 0),
+            ("@P5 MOV R66, R8", 1000, 45, 40),
+            ("HMMA.16816.F32 R12, R16, R4, R12", 4000, 30, 10),
+        ],
+    )
+    assert len(phases.read_phases(path)) == 2
+    lines = phases.top_stalls(path, "long_sb").splitlines()
+    assert lines == [
+        "40.0% long_sb, phase 1: @P5 MOV R66, R8   (after: LDG.E.128 R8, [R6.64])",
+        "10.0% long_sb, phase 1: HMMA.16816.F32 R12, R16, R4, R12   (after: @P5 MOV R66, R8)",
+    ]
+    with pytest.raises(ValueError, match="stall reason 'long': use one of long_sb"):
+        phases.top_stalls(path, "long")
