@@ -67,10 +67,10 @@ def _closes_phase(opcode: str) -> bool:
     return opcode.startswith("BAR.SYNC") or opcode == "BAR"
 
 
-def read_phases(path: str) -> list[collections.Counter]:
-    """One Counter per phase: 'executed', 'samples', 'stall_<reason>', 'op:<opcode>'."""
+def _raw_phases(instructions) -> list[collections.Counter]:
+    """One Counter per stretch between barriers, empty ones included (see read_phases)."""
     phases = [collections.Counter()]
-    for _, opcode, row, back in _instructions(path):
+    for _, opcode, row, back in instructions:
         phase = phases[-1]
         executed = _number(row[back[EXECUTED]])
         phase["executed"] += executed
@@ -80,27 +80,33 @@ def read_phases(path: str) -> list[collections.Counter]:
             phase["stall_" + stall] += _number(row[back["stall_" + stall]])
         if _closes_phase(opcode):
             phases.append(collections.Counter())
-    return [p for p in phases if p["executed"] or p["samples"]]
+    return phases
+
+
+def _kept(phase: collections.Counter) -> bool:
+    """Whether a phase is reported (it executed instructions or was sampled)."""
+    return bool(phase["executed"] or phase["samples"])
+
+
+def read_phases(path: str) -> list[collections.Counter]:
+    """One Counter per phase: 'executed', 'samples', 'stall_<reason>', 'op:<opcode>'."""
+    return [p for p in _raw_phases(_instructions(path)) if _kept(p)]
 
 
 def top_stalls(path: str, reason: str, count: int = 10) -> str:
     """The ``count`` instructions with the most samples of stall ``reason``: the share of all
-    samples, the phase (numbered as report's table: phases without instructions or samples
-    left out), the instruction and the one before it."""
+    samples, the phase (numbered as report's table), the instruction and the one before it."""
     if reason not in STALLS:
         raise ValueError(f"stall reason {reason!r}: use one of {', '.join(STALLS)}")
-    rows, raw, previous, total = [], 0, "", 0.0
-    busy = collections.Counter()  # executed + samples per raw phase
-    for text, opcode, row, back in _instructions(path):
-        samples = _number(row[back[SAMPLES]])
-        total += samples
-        busy[raw] += _number(row[back[EXECUTED]]) + samples
-        rows.append((_number(row[back["stall_" + reason]]), raw, text, previous))
+    instructions = _instructions(path)
+    raw = _raw_phases(instructions)
+    number = {i: n for n, i in enumerate(i for i, p in enumerate(raw) if _kept(p))}
+    total = sum(p["samples"] for p in raw)
+    rows, phase, previous = [], 0, ""
+    for text, opcode, row, back in instructions:
+        rows.append((_number(row[back["stall_" + reason]]), number.get(phase, -1), text, previous))
         previous = text
-        raw += _closes_phase(opcode)
-    kept = sorted(p for p, n in busy.items() if n)
-    number = {p: i for i, p in enumerate(kept)}
-    rows = [(n, number.get(p, -1), text, before) for n, p, text, before in rows]
+        phase += _closes_phase(opcode)
     rows.sort(key=lambda r: -r[0])
     return "\n".join(
         f"{100 * n / (total or 1.0):.1f}% {reason}, phase {ph}: {text}   (after: {before})"
