@@ -62,3 +62,15 @@ def test_the_l2_probe_reads_faster_than_memory_copies(built):
     device = open_device(Target.CUDA, built)
     l2, copy = device.l2_gbs(), device.copy_gbs()
     assert l2 > 1.5 * copy, f"L2 {l2:.0f} GB/s against copies at {copy:.0f} GB/s"
+
+
+def test_a_plain_copy_of_a_large_stage_runs_at_the_copy_rate(built):
+    """The stage copy is the K2 and K4 columns' floor: moving 512 MiB (no L2 reuse) it must run
+    near the large device-to-device copy's rate, else its small-layer times mean nothing."""
+    from wino.bench.device import CopyShape, open_device
+
+    device = open_device(Target.CUDA, built)
+    shape = CopyShape(256 << 20, 256 << 20, "read")
+    rate = (shape.read + shape.write) / (device.stage_copy_us(shape) * 1e-6) / 1e9
+    copy = device.copy_gbs()
+    assert 0.8 * copy < rate < 1.25 * copy, f"stage copy {rate:.0f} GB/s, copies {copy:.0f}"

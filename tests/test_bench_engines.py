@@ -55,6 +55,9 @@ def test_every_engine_in_one_run(capsys, root, tmp_path):
         fused["bound_us"] / float(rows["fused"]["cached_us"]), rel=1e-3
     )
     assert rows["wino"]["l2_mb"] == rows["wino"]["l2_gbs"] == ""  # the unfused roofline's
+    copies = [float(rows["wino"][f"{s}_copy_us"]) for s in ("k2", "k4")]
+    assert min(copies) > 0  # a plain copy of each transform stage's bytes, timed in the run
+    assert rows["fused"]["k2_copy_us"] == rows["fused"]["k4_copy_us"] == ""  # no K2, no K4
     for stage in ("k1", "k2", "k4"):  # the baked engine runs the unfused pick's specs
         assert rows["baked"][stage] == rows["wino"][stage] != ""
     assert rows["baked"]["error"] == rows["wino"]["error"]  # bit-identical outputs

@@ -13,8 +13,11 @@ from wino.bench.roofline import (
     fused_hbm_bytes,
     fused_l2_bytes,
     gemm_flops,
+    Traffic,
     stage_bytes,
+    stage_traffic,
 )
+from wino.bench.device import CopyShape
 from wino.pick import default_fused_specs, default_stage_specs
 from wino.problem import Problem
 from wino.runtime import dispatch
@@ -57,6 +60,19 @@ def test_bytes_per_stage_by_hand(root):
     assert gemm_flops(plan) == 2 * 16 * 18 * 16 * 8 == 73728
 
 
+def test_reads_and_writes_per_stage_by_hand(root):
+    """The fused prescale's K2 writes the tile scales; K4 reads them with M and fs."""
+    plan = dispatch(PROBLEM, target="c", tile=TILE, cache_root=root, specs=SPECS)
+    traffic = stage_traffic(plan)
+    assert traffic == {
+        Stage.FILTER: Traffic(W, U + FS),
+        Stage.INPUT: Traffic(X, V + TS),
+        Stage.GEMM: Traffic(V + U, M),
+        Stage.OUTPUT: Traffic(M + FS + TS, Y),
+    }
+    assert {s: t.total for s, t in traffic.items()} == stage_bytes(plan)
+
+
 def test_batch_chunks_read_u_once_per_chunk(root):
     plan = dispatch(PROBLEM, target="c", tile=TILE, cache_root=root, batch_split=1, specs=SPECS)
     assert plan.chunks == [(0, 1), (1, 1)]
@@ -89,6 +105,15 @@ def test_host_rates_are_measured_once(root):
     assert l2 > 0 and device.l2_gbs() == l2
     rate = device.gemm_tflops(DType.FP32, DType.FP32)
     assert rate > 0 and device.gemm_tflops(DType.FP32, DType.FP32) == rate
+    shape = CopyShape(1 << 20, 3 << 20, "read")
+    copy_us = device.stage_copy_us(shape)
+    assert copy_us > 0 and device.stage_copy_us(shape) == copy_us
+    assert device.stage_copy_us(CopyShape(3 << 20, 1 << 20, "write")) > 0  # reads past writes
+
+
+def test_a_copy_shape_names_its_rotating_side():
+    with pytest.raises(ValueError, match=r"rotating: 'x', expected 'read' or 'write'"):
+        CopyShape(16, 16, "x")
 
 
 def test_fused_roofline_by_hand(root):

@@ -72,3 +72,26 @@ def test_the_engines_summary_reports_each_layer_class():
     for row in rows:
         row["C"] = ""  # a hand-made CSV without extents: the classes cover nothing
     assert engines_summary(rows) == lines[:1]
+
+
+def test_the_engines_summary_reports_k2_against_both_copies():
+    """K2 of each case's best unfused row: its bandwidth over the large copy's, and a plain copy
+    of its bytes over its time; the median, the range and the layers at 85% or more. A row
+    without the plain copy (a CSV from before the column) counts only in the first line."""
+    rows = []
+    k2 = {  # case -> (k2_gbs, k2_us, k2_copy_us): at copy 3000 GB/s
+        "a": (2700.0, 10.0, 9.0),  # 90% of the copy rate, 90% of its plain copy
+        "b": (1500.0, 8.0, 7.6),  # 50%, 95%: a small layer
+        "c": (2400.0, 20.0, 16.0),  # 80%, 80%
+        "d": (2550.0, 30.0, ""),  # 85%, no plain copy timed
+    }
+    for case, (gbs, us, copy_us) in k2.items():
+        row = _engine_row(case, (64, 64, 56), "wino", 50.0)
+        row.update(k2_gbs=str(gbs), k2_us=str(us), k2_copy_us=str(copy_us), copy_gbs="3000")
+        rows += [_engine_row(case, (64, 64, 56), "cudnn", 40.0), row]
+    lines = [line for line in engines_summary(rows) if "K2" in line]
+    assert lines == [
+        "fp16: unfused K2 at 82% of the copy bandwidth (median over 4 layers, 50%-90%; >= 85% on 2)",
+        "fp16: unfused K2 at 90% of a plain copy of its bytes (median over 3 layers, 80%-95%; "
+        ">= 85% on 2)",
+    ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..problem import Problem
 from ..runtime.plan import GemmStep
 from ..vocab import DType, Target
-from .device import Device, Operands
+from .device import CopyShape, Device, Operands
 from .timing import CupyGraphTimer, Settings, median_us
 
 L2_BYTES = 60 << 20  # H200: 60 MB of L2
@@ -38,6 +38,21 @@ extern "C" __global__ void l2_read(const float4* __restrict__ src, unsigned long
   if (acc == -1.f) sink[0] = acc;  // never true for the probe's data: keeps the loads
 }
 """
+# A stage's bytes as a plain copy (CopyShape): one 16-byte item a thread, item i read where
+# i < reads and written where i < writes (zeros past the reads); a read past the writes feeds a
+# store that never happens for the zeroed source, which keeps the load.
+STAGE_COPY_SOURCE = r"""
+extern "C" __global__ void stage_copy(const uint4* __restrict__ src, unsigned long long reads,
+                                      uint4* __restrict__ dst, unsigned long long writes) {
+  const unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  uint4 v = make_uint4(0u, 0u, 0u, 0u);
+  if (i < reads) v = src[i];
+  if (i < writes) dst[i] = v;
+  else if (v.x == 0x7fc00001u) dst[0] = v;
+}
+"""
+STAGE_COPY_BLOCK = 256
+
 TORCH_DTYPES = {DType.FP16: "float16", DType.BF16: "bfloat16", DType.FP32: "float32"}
 
 
@@ -179,6 +194,27 @@ class CudaDevice(Device):
 
         us = CupyGraphTimer(Settings(3, 20)).time_us(reads)
         return L2_READ_BYTES * L2_READ_PASSES / (us * 1e-6) / 1e9
+
+    def operand_sets(self, problem: Problem) -> int:
+        return operand_sets(problem)
+
+    def measure_stage_copy_us(self, shape: CopyShape) -> float:
+        """``STAGE_COPY_SOURCE`` over zeroed buffers, timed as the stages are (graph replays,
+        the rotating side's buffer one of ``shape.sets``)."""
+        cupy = self.cupy
+        kernel = cupy.RawKernel(STAGE_COPY_SOURCE, "stage_copy")
+        reads, writes = (-(-n // 16) for n in (shape.read, shape.write))  # 16-byte items
+        count = {"read": 1, "write": 1, shape.rotating: shape.sets}
+        srcs = [cupy.zeros(reads * 4, dtype=cupy.uint32) for _ in range(count["read"])]
+        dsts = [cupy.zeros(writes * 4, dtype=cupy.uint32) for _ in range(count["write"])]
+        blocks = -(-max(reads, writes) // STAGE_COPY_BLOCK)
+        n_read, n_write = cupy.uint64(reads), cupy.uint64(writes)
+
+        def copy(s: int) -> None:
+            src, dst = srcs[s % len(srcs)], dsts[s % len(dsts)]
+            kernel((blocks,), (STAGE_COPY_BLOCK,), (src, n_read, dst, n_write))
+
+        return self.timer(final=True).time_us(copy, shape.sets)
 
     def _random_raw(self, shape, dtype: DType):
         """N(0, 1) data as the backend's raw type (uint16 bits for 16-bit dtypes)."""

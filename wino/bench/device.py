@@ -32,12 +32,34 @@ class Operands:
 @dataclass
 class Rates:
     """Ceilings measured in this run: copy bandwidth (GB/s, bytes read + written over time), the
-    same for a copy whose buffers stay in the L2 (the fused roofline's L2 term) and GEMM rate
-    (TFLOP/s) per (xdtype, accdtype)."""
+    same for a copy whose buffers stay in the L2 (the fused roofline's L2 term), GEMM rate
+    (TFLOP/s) per (xdtype, accdtype) and the time of a plain copy of a stage's bytes (us) per
+    ``CopyShape``."""
 
     copy_gbs: float | None = None
     l2_gbs: float | None = None
     gemm_tflops: dict[tuple[DType, DType], float] = field(default_factory=dict)
+    stage_copy_us: dict[CopyShape, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CopyShape:
+    """A plain copy moving one stage's bytes, timed as the stage is: ``read`` bytes read and
+    ``write`` written in one launch (the bytes both have copied, the surplus of the larger
+    side written as zeros or read into a check that never stores), the buffer on the
+    ``rotating`` side ("read" or "write": where the stage has the caller's x or y) one of
+    ``sets``, the other one buffer (the plan's workspace, which every operand set shares).
+    On a layer too small for any kernel to reach the large-copy rate, this is the stage's
+    own memory floor."""
+
+    read: int
+    write: int
+    rotating: str
+    sets: int = 1
+
+    def __post_init__(self) -> None:
+        if self.rotating not in ("read", "write"):
+            raise ValueError(f"CopyShape.rotating: {self.rotating!r}, expected 'read' or 'write'")
 
 
 class Device:
@@ -72,7 +94,17 @@ class Device:
             self.rates.gemm_tflops[key] = step.flops / (self.measure_gemm_us(step) * 1e-6) / 1e12
         return self.rates.gemm_tflops[key]
 
+    def stage_copy_us(self, shape: CopyShape) -> float:
+        """The median time of a plain copy of ``shape`` (measured once per shape and run)."""
+        if shape not in self.rates.stage_copy_us:
+            self.rates.stage_copy_us[shape] = self.measure_stage_copy_us(shape)
+        return self.rates.stage_copy_us[shape]
+
     # Per target ------------------------------------------------------------------------------
+    def operand_sets(self, problem) -> int:
+        """How many operand sets ``operands(problem)`` makes (the timers rotate through them)."""
+        return 1
+
     def launch_stream(self):
         """The stream a timed chain launches on: the timer's (None: the target has none)."""
         return None
@@ -84,6 +116,9 @@ class Device:
         raise NotImplementedError
 
     def measure_gemm_us(self, step: GemmStep) -> float:
+        raise NotImplementedError
+
+    def measure_stage_copy_us(self, shape: CopyShape) -> float:
         raise NotImplementedError
 
 

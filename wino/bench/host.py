@@ -13,7 +13,7 @@ from ..runtime.arrays import numpy_dtype
 from ..runtime.plan import GemmStep
 from ..runtime.reference import conv2d_reference, relative_error
 from ..vocab import Target
-from .device import Device, Operands
+from .device import CopyShape, Device, Operands
 from .timing import HostTimer, Settings
 
 COPY_BYTES = 64 << 20
@@ -65,6 +65,21 @@ class HostDevice(Device):
 
     def measure_l2_gbs(self) -> float:
         return _copy_gbs(L2_COPY_BYTES, L2_COPY_REPEATS)
+
+    def measure_stage_copy_us(self, shape: CopyShape) -> float:
+        """numpy: the common bytes copied, the surplus written as zeros or read by a max."""
+        reads, writes = (-(-n // 8) for n in (shape.read, shape.write))  # 8-byte words
+        both = min(reads, writes)
+        src = np.random.default_rng().integers(0, 1 << 62, reads, np.uint64)
+        dst = np.empty(writes, np.uint64)
+
+        def run(s: int) -> None:
+            np.copyto(dst[:both], src[:both])
+            dst[both:] = 0
+            if reads > both:
+                src[both:].max()
+
+        return self.timer(final=True).time_us(run)
 
     def measure_gemm_us(self, step: GemmStep) -> float:
         rng = np.random.default_rng()

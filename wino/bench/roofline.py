@@ -21,6 +21,7 @@ channel block of its group.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from math import ceil, prod
 
 from ..geometry import TileGrid
@@ -35,30 +36,53 @@ def _nbytes(layout, name: str) -> int:
     return prod(shape) * dtype.itemsize
 
 
-def stage_bytes(plan: Plan) -> dict[Stage, int]:
-    """Bytes each stage moves (the plan's stages only; K2a only with the split prescale)."""
+@dataclass(frozen=True)
+class Traffic:
+    """What one stage reads and writes through memory, in bytes."""
+
+    read: int = 0
+    write: int = 0
+
+    def __add__(self, other: Traffic) -> Traffic:
+        return Traffic(self.read + other.read, self.write + other.write)
+
+    @property
+    def total(self) -> int:
+        return self.read + self.write
+
+
+def stage_traffic(plan: Plan) -> dict[Stage, Traffic]:
+    """Bytes each stage reads and writes (the plan's stages only; K2a only with the split
+    prescale), summed over the batch chunks."""
     p, io = plan.problem, plan.problem.dtype.itemsize
     full = plan_layout(p, plan.tile, plan.specs, plan.batch_split)
     w_bytes = p.K * p.R * p.S * p.Cg * io
     out = {
-        Stage.FILTER: w_bytes + _nbytes(full, "U") + _nbytes(full, "fs"),
-        Stage.INPUT: 0,
-        Stage.GEMM: 0,
-        Stage.OUTPUT: 0,
+        Stage.FILTER: Traffic(w_bytes, _nbytes(full, "U") + _nbytes(full, "fs")),
+        Stage.INPUT: Traffic(),
+        Stage.GEMM: Traffic(),
+        Stage.OUTPUT: Traffic(),
     }
-    if plan.prescale is Prescale.SPLIT:
-        out[Stage.PRESCALE] = 0
+    split = plan.prescale is Prescale.SPLIT
+    if split:
+        out[Stage.PRESCALE] = Traffic()
     for _, images in plan.chunks:
         layout = plan_layout(p, plan.tile, plan.specs, images)
         x = images * p.H * p.W * p.C * io
         y = images * p.Ho * p.Wo * p.K * io
         v, m, ts = _nbytes(layout, "V"), _nbytes(layout, "M"), _nbytes(layout, "ts")
-        if Stage.PRESCALE in out:
-            out[Stage.PRESCALE] += x + ts
-        out[Stage.INPUT] += x + v + ts
-        out[Stage.GEMM] += v + _nbytes(layout, "U") + m
-        out[Stage.OUTPUT] += m + y + _nbytes(layout, "fs") + ts
+        u, fs = _nbytes(layout, "U"), _nbytes(layout, "fs")
+        if split:
+            out[Stage.PRESCALE] += Traffic(x, ts)
+        out[Stage.INPUT] += Traffic(x + ts, v) if split else Traffic(x, v + ts)
+        out[Stage.GEMM] += Traffic(v + u, m)
+        out[Stage.OUTPUT] += Traffic(m + fs + ts, y)
     return out
+
+
+def stage_bytes(plan: Plan) -> dict[Stage, int]:
+    """Bytes each stage moves, read and written (``stage_traffic``'s totals)."""
+    return {stage: t.total for stage, t in stage_traffic(plan).items()}
 
 
 def gemm_flops(plan: Plan) -> int:

@@ -20,9 +20,9 @@ from . import accuracy, results
 from .candidates import Candidates, families
 from .cases import case_key
 from .compare import DirectResult
-from .device import Device, Operands
+from .device import CopyShape, Device, Operands
 from .modes import Compare, Engine, Timing
-from .roofline import bandwidth_gbs, bound_us, fused_bound_us, fused_l2_bytes, stage_bytes
+from .roofline import bandwidth_gbs, bound_us, fused_bound_us, fused_l2_bytes, stage_traffic
 from .runs import TileRun
 from .select import Pick, Prober, select
 
@@ -291,11 +291,12 @@ def tile_row(
     if plan.fused:
         row.update(fused_roofline_columns(plan, run, device))
     else:  # the unfused pipeline's roofline
-        moved = stage_bytes(plan)
+        moved = stage_traffic(plan)
         for stage, us in run.stage_us.items():
             row[f"{stage.short}_us"] = results.fmt(us, 6)
             if stage is not Stage.GEMM:
-                row[f"{stage.short}_gbs"] = results.fmt(bandwidth_gbs(moved[stage], us))
+                row[f"{stage.short}_gbs"] = results.fmt(bandwidth_gbs(moved[stage].total, us))
+        row.update(stage_copy_columns(problem, moved, run.stage_us, device))
         copy, gemm = device.copy_gbs(), device.gemm_tflops(plan.xdtype, plan.accdtype)
         bound = bound_us(plan, copy, gemm)
         row.update(
@@ -316,6 +317,25 @@ def tile_row(
         verified=verified_cell(run.error, run.verified),
     )
     return row
+
+
+#: The transform stages, timed against a plain copy of their own bytes (issue 9's "K2 at
+#: >= 85% of the copy bandwidth" where a layer is too small for any kernel to reach the large
+#: copy's rate), and the side of each that holds the caller's tensor (x, y: rotated through
+#: the operand sets as the stage's are; the other side is the shared workspace).
+COPIED_STAGES = {Stage.INPUT: "read", Stage.OUTPUT: "write"}
+
+
+def stage_copy_columns(problem: Problem, moved, stage_us, device: Device) -> results.Row:
+    """``<stage>_copy_us`` per copied stage the run timed: the plain copy of its bytes."""
+    sets = device.operand_sets(problem)
+    return {
+        f"{stage.short}_copy_us": results.fmt(
+            device.stage_copy_us(CopyShape(moved[stage].read, moved[stage].write, side, sets)), 6
+        )
+        for stage, side in COPIED_STAGES.items()
+        if stage in stage_us
+    }
 
 
 def fused_roofline_columns(plan, run: TileRun, device: Device) -> results.Row:

@@ -4,6 +4,7 @@ pipeline against cuDNN and its roofline bound."""
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
 from ..problem import Problem
@@ -174,9 +175,13 @@ def engines_summary(rows: list[results.Row]) -> list[str]:
     over the 64- and 128-channel ones at 56x56 and more; and the shape-generic cost
     (unfused / baked - 1, in percent)."""
     by_dtype: dict[str, list[tuple[results.Row, dict[str, float]]]] = {}
+    unfused: dict[str, list[results.Row]] = {}
     for case_rows in cases(rows).values():
         first = case_rows[0]
         by_dtype.setdefault(first["dtype"], []).append((first, case_ratios(case_rows)))
+        row = best(case_rows, "wino")
+        if row is not None:
+            unfused.setdefault(first["dtype"], []).append(row)
     lines = []
     for dtype, ratios in by_dtype.items():
         for key, what, covers, where in _RATIO_LINES:
@@ -193,6 +198,33 @@ def engines_summary(rows: list[results.Row]) -> list[str]:
                 f"{dtype}: shape-generic cost (unfused / baked, U cached): {cost:+.1f}% geomean "
                 f"over {len(generic)} layers (min {(min(generic) - 1) * 100:+.1f}%, "
                 f"max {(max(generic) - 1) * 100:+.1f}%)"
+            )
+        lines.extend(k2_lines(dtype, unfused.get(dtype, [])))
+    return lines
+
+
+K2_GOAL = 0.85  # issue 9: K2 at >= 85% of the copy bandwidth
+#: K2's efficiency two ways, each a ratio of two columns: its bandwidth over the large copy's,
+#: and a plain copy of its own bytes (timed as K2 is) over K2's time.
+K2_MEASURES = (
+    ("the copy bandwidth", "k2_gbs", "copy_gbs"),
+    ("a plain copy of its bytes", "k2_copy_us", "k2_us"),
+)
+
+
+def k2_lines(dtype: str, rows: list[results.Row]) -> list[str]:
+    """K2 of the unfused engine's rows by each of ``K2_MEASURES``: the median, the range and
+    the layers at the goal."""
+    lines = []
+    for what, top, bottom in K2_MEASURES:
+        pairs = [(results.num(r, top), results.num(r, bottom)) for r in rows]
+        values = [a / b for a, b in pairs if a and b]
+        if values:
+            met = sum(v >= K2_GOAL for v in values)
+            lines.append(
+                f"{dtype}: unfused K2 at {statistics.median(values):.0%} of {what} (median over "
+                f"{len(values)} layers, {min(values):.0%}-{max(values):.0%}; "
+                f">= {K2_GOAL:.0%} on {met})"
             )
     return lines
 
