@@ -74,3 +74,14 @@ def test_a_plain_copy_of_a_large_stage_runs_at_the_copy_rate(built):
     rate = (shape.read + shape.write) / (device.stage_copy_us(shape) * 1e-6) / 1e9
     copy = device.copy_gbs()
     assert 0.8 * copy < rate < 1.25 * copy, f"stage copy {rate:.0f} GB/s, copies {copy:.0f}"
+
+
+def test_the_tensor_rate_outruns_k3_s_rate(built):
+    """The fused roofline's MMA term and the ceilings take a GEMM bound by its multiply-adds;
+    K3's shape (V and M through memory) runs well under it (H100 fp16: 314 TFLOP/s)."""
+    from wino.bench.device import open_device
+    from wino.vocab import DType
+
+    device = open_device(Target.CUDA, built)
+    mma, k3 = device.mma_tflops(DType.FP16, DType.FP32), device.gemm_tflops(DType.FP16, DType.FP16)
+    assert mma > 1.3 * k3, f"tensor rate {mma:.0f} TFLOP/s against K3's {k3:.0f}"

@@ -49,12 +49,15 @@ def test_every_engine_in_one_run(capsys, root, tmp_path):
         assert float(row["cached_us"]) > 0 and float(row["total_us"]) > 0
     assert rows["wino"]["plan_kind"] == rows["baked"]["plan_kind"] == "unfused2d_rt"
     assert rows["fused"]["plan_kind"] == "fused2d_rt" and rows["fused"]["kf"].startswith("kf_")
-    fused = {c: float(rows["fused"][c]) for c in ("bound_us", "bound_ratio", "l2_mb", "l2_gbs")}
+    columns = ("bound_us", "bound_ratio", "l2_mb", "l2_gbs", "mma_tflops")
+    fused = {c: float(rows["fused"][c]) for c in columns}
     assert min(fused.values()) > 0  # the fused roofline, U cached
     assert fused["bound_ratio"] == pytest.approx(
         fused["bound_us"] / float(rows["fused"]["cached_us"]), rel=1e-3
     )
     assert rows["wino"]["l2_mb"] == rows["wino"]["l2_gbs"] == ""  # the unfused roofline's
+    assert rows["fused"]["gemm_tflops"] == ""  # its MMA term is the tensor rate, not K3's
+    assert float(rows["wino"]["mma_tflops"]) > 0  # for scripts/engine_ceilings.py
     copies = [float(rows["wino"][f"{s}_copy_us"]) for s in ("k2", "k4")]
     assert min(copies) > 0  # a plain copy of each transform stage's bytes, timed in the run
     assert rows["fused"]["k2_copy_us"] == rows["fused"]["k4_copy_us"] == ""  # no K2, no K4

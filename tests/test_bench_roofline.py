@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests import host_cache
+from wino.bench.device import CopyShape
 from wino.bench.roofline import (
+    Traffic,
     bandwidth_gbs,
     bound_us,
     fused_bound_us,
@@ -13,11 +15,9 @@ from wino.bench.roofline import (
     fused_hbm_bytes,
     fused_l2_bytes,
     gemm_flops,
-    Traffic,
     stage_bytes,
     stage_traffic,
 )
-from wino.bench.device import CopyShape
 from wino.pick import default_fused_specs, default_stage_specs
 from wino.problem import Problem
 from wino.runtime import dispatch
@@ -105,6 +105,8 @@ def test_host_rates_are_measured_once(root):
     assert l2 > 0 and device.l2_gbs() == l2
     rate = device.gemm_tflops(DType.FP32, DType.FP32)
     assert rate > 0 and device.gemm_tflops(DType.FP32, DType.FP32) == rate
+    mma = device.mma_tflops(DType.FP32, DType.FP32)
+    assert mma > 0 and device.mma_tflops(DType.FP32, DType.FP32) == mma
     shape = CopyShape(1 << 20, 3 << 20, "read")
     copy_us = device.stage_copy_us(shape)
     assert copy_us > 0 and device.stage_copy_us(shape) == copy_us

@@ -91,7 +91,8 @@ def test_the_engines_summary_reports_k2_against_both_copies():
         rows += [_engine_row(case, (64, 64, 56), "cudnn", 40.0), row]
     lines = [line for line in engines_summary(rows) if "K2" in line]
     assert lines == [
-        "fp16: unfused K2 at 82% of the copy bandwidth (median over 4 layers, 50%-90%; >= 85% on 2)",
+        "fp16: unfused K2 at 82% of the copy bandwidth (median over 4 layers, 50%-90%; "
+        ">= 85% on 2)",
         "fp16: unfused K2 at 90% of a plain copy of its bytes (median over 3 layers, 80%-95%; "
         ">= 85% on 2)",
     ]

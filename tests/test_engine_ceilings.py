@@ -24,7 +24,7 @@ def _row(engine, cached, **extra):
 
 
 def test_the_ceiling_is_the_direct_time_over_the_larger_floor(ceilings):
-    unfused = _row("wino", 20.0, tile="F4x4", gemm_tflops="0.1", copy_gbs="100")
+    unfused = _row("wino", 20.0, tile="F4x4", mma_tflops="0.1", gemm_tflops="9", copy_gbs="100")
     rows = [_row("cudnn", 10.0), unfused]
     # MMA: 2 x 36 bins x 32 tiles x 128 x 64 FLOPs = 18874368 at 0.1 TFLOP/s = 188.7 us;
     # memory: 2 bytes x 2 images x (16 x 16 x 64 + 16 x 16 x 128) = 196608 B at 100 GB/s = 2.0 us
@@ -35,5 +35,6 @@ def test_the_ceiling_is_the_direct_time_over_the_larger_floor(ceilings):
 
 
 def test_a_row_without_the_run_s_rates_has_no_line(ceilings):
-    rows = [_row("cudnn", 10.0), _row("wino", 20.0, tile="F4x4")]
-    assert ceilings.case_line(rows) is None
+    rows = [_row("cudnn", 10.0), _row("wino", 20.0, tile="F4x4", copy_gbs="100")]
+    assert ceilings.case_line(rows) is None  # no tensor rate: K3's gemm_tflops is no stand-in
+    assert ceilings.floors(rows[1], mma=0.1) == pytest.approx((188.74368, 1.96608))

@@ -32,13 +32,15 @@ class Operands:
 @dataclass
 class Rates:
     """Ceilings measured in this run: copy bandwidth (GB/s, bytes read + written over time), the
-    same for a copy whose buffers stay in the L2 (the fused roofline's L2 term), GEMM rate
-    (TFLOP/s) per (xdtype, accdtype) and the time of a plain copy of a stage's bytes (us) per
+    same for a copy whose buffers stay in the L2 (the fused roofline's L2 term), the GEMM rate
+    of K3's shape and the tensor rate of a GEMM too large to wait on memory (TFLOP/s, per
+    (xdtype, accdtype)) and the time of a plain copy of a stage's bytes (us) per
     ``CopyShape``."""
 
     copy_gbs: float | None = None
     l2_gbs: float | None = None
     gemm_tflops: dict[tuple[DType, DType], float] = field(default_factory=dict)
+    mma_tflops: dict[tuple[DType, DType], float] = field(default_factory=dict)
     stage_copy_us: dict[CopyShape, float] = field(default_factory=dict)
 
 
@@ -64,8 +66,12 @@ class CopyShape:
 
 class Device:
     target: Target
-    #: A representative K3: batch (bins x groups), m (tiles), n (K/G), k (C/G).
+    #: A representative K3: batch (bins x groups), m (tiles), n (K/G), k (C/G). Its V and M
+    #: through memory bound its rate (the unfused roofline's GEMM term).
     GEMM_SHAPE: tuple[int, int, int, int]
+    #: A GEMM whose every extent is large, so the multiply-adds, not memory, bound it: the MMA
+    #: rate of the fused roofline (V and M stay on chip) and of scripts/engine_ceilings.py.
+    MMA_SHAPE: tuple[int, int, int, int]
 
     def __init__(self, manifest: cache.Manifest, candidate: Settings, final: Settings):
         self.manifest = manifest
@@ -88,11 +94,18 @@ class Device:
         return self.rates.l2_gbs
 
     def gemm_tflops(self, xdtype: DType, accdtype: DType) -> float:
-        key = (xdtype, accdtype)
-        if key not in self.rates.gemm_tflops:
-            step = GemmStep(*self.GEMM_SHAPE, xdtype, accdtype)
-            self.rates.gemm_tflops[key] = step.flops / (self.measure_gemm_us(step) * 1e-6) / 1e12
-        return self.rates.gemm_tflops[key]
+        """K3's rate: ``GEMM_SHAPE`` timed (once per dtype pair and run)."""
+        return self._rate(self.rates.gemm_tflops, self.GEMM_SHAPE, xdtype, accdtype)
+
+    def mma_tflops(self, xdtype: DType, accdtype: DType) -> float:
+        """The tensor rate: ``MMA_SHAPE`` timed (once per dtype pair and run)."""
+        return self._rate(self.rates.mma_tflops, self.MMA_SHAPE, xdtype, accdtype)
+
+    def _rate(self, rates: dict, shape, xdtype: DType, accdtype: DType) -> float:
+        if (xdtype, accdtype) not in rates:
+            step = GemmStep(*shape, xdtype, accdtype)
+            rates[xdtype, accdtype] = step.flops / (self.measure_gemm_us(step) * 1e-6) / 1e12
+        return rates[xdtype, accdtype]
 
     def stage_copy_us(self, shape: CopyShape) -> float:
         """The median time of a plain copy of ``shape`` (measured once per shape and run)."""

@@ -26,6 +26,7 @@ class HostDevice(Device):
     CANDIDATE = Settings(warmup=0, repeats=1)
     FINAL = Settings(warmup=0, repeats=3)
     GEMM_SHAPE = (16, 2048, 128, 128)
+    MMA_SHAPE = (4, 512, 512, 512)
     #: Candidates per stage on the host (the GPU times every candidate).
     CANDIDATE_LIMIT = 2
 

@@ -67,6 +67,7 @@ COLUMNS = (
     # an unfused row: a plain copy of the stage's bytes, timed as the stage (sweep.COPIED_STAGES)
     "k2_copy_us",
     "k4_copy_us",
+    "mma_tflops",  # the tensor rate of a GEMM bound by its multiply-adds (Device.MMA_SHAPE)
 )
 #: Columns that are the sweep's content although they come after the first timing.
 _CONTENT_TAIL = ("tolerance", "verified", "plan_kind", "kf", "l2_mb")

@@ -13,7 +13,8 @@ bound = sum(bytes) / copy bandwidth + sum(GemmStep.flops) / GEMM rate; ratio = b
 
 The fused plan keeps V and M on chip, so its roofline (issue 9's) is the largest of three times,
 U cached: x, U, fs and y through memory once (x again, ts written and read, where K2a runs) at
-the copy bandwidth; the MMA work (2 x bins x tiles x K x C/G) at the GEMM rate; and what the
+the copy bandwidth; the MMA work (2 x bins x tiles x K x C/G) at the tensor rate (a GEMM
+that waits on no memory: ``Device.MMA_SHAPE``, not K3's shape, whose V and M bound it); and what the
 fused kernel reads through the L2 at the L2 bandwidth: U once per tile block (each of its
 channel blocks takes its own output channels of every bin) and each tile's window of x once per
 channel block of its group.

@@ -302,6 +302,7 @@ def tile_row(
         row.update(
             copy_gbs=results.fmt(copy),
             gemm_tflops=results.fmt(gemm),
+            mma_tflops=results.fmt(device.mma_tflops(plan.xdtype, plan.accdtype)),
             bound_us=results.fmt(bound),
             bound_ratio=results.fmt(bound / run.total_us),
         )
@@ -343,13 +344,13 @@ def fused_roofline_columns(plan, run: TileRun, device: Device) -> results.Row:
     rates measured in the run, and its ratio to the U-cached time."""
     copy, mma, l2 = (
         device.copy_gbs(),
-        device.gemm_tflops(plan.xdtype, plan.accdtype),
+        device.mma_tflops(plan.xdtype, plan.accdtype),
         device.l2_gbs(),
     )
     bound = fused_bound_us(plan, copy, mma, l2)
     return {
         "copy_gbs": results.fmt(copy),
-        "gemm_tflops": results.fmt(mma),
+        "mma_tflops": results.fmt(mma),
         "l2_gbs": results.fmt(l2),
         "l2_mb": results.fmt(fused_l2_bytes(plan) / 1e6),
         "bound_us": results.fmt(bound),
