@@ -11,6 +11,8 @@
 #      cuDNN over those with 64 <= C <= 128 at 56x56 and more: issue 9's three goals; the
 #      shape-generic cost, unfused vs baked), also in $OUT/engines.md, and
 #      the pictures $OUT/engines_<dtype>.png (each engine's speedup per layer, U cached and K1)
+#   5. scripts/engine_ceilings.py: per layer, the most any engine of the tile could reach (the
+#      Winograd MMA at the run's tensor rate, x + y at its copy rate) into $OUT/ceilings.md
 # TILES (e.g. F4x4,F2x2,F6x4) restricts the tiles; DTYPES (default "fp16 bf16") the dtypes;
 # BENCH_LIMIT (s, default 270) bounds each dtype's sweep: the CSV is merged after every case, so
 # a sweep cut short still gives the table of the cases it measured (one `run` call: 600 s).
@@ -43,4 +45,5 @@ for dtype in ${DTYPES:-fp16 bf16}; do
 done
 step 60 table.log python3 -m wino.cli plot "$OUT/engines.csv" --engines -o "$OUT/engines.png"
 cp "$OUT/table.log" "$OUT/engines.md" 2>/dev/null
+step 30 ceilings.md python3 scripts/engine_ceilings.py "$OUT/engines.csv"
 exit $status
