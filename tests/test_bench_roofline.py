@@ -111,11 +111,14 @@ def test_host_rates_are_measured_once(root):
     copy_us = device.stage_copy_us(shape)
     assert copy_us > 0 and device.stage_copy_us(shape) == copy_us
     assert device.stage_copy_us(CopyShape(3 << 20, 1 << 20, "write")) > 0  # reads past writes
+    assert device.stage_copy_us(CopyShape(2 << 20, 1 << 20, None)) > 0  # K3's: no operand side
 
 
 def test_a_copy_shape_names_its_rotating_side():
-    with pytest.raises(ValueError, match=r"rotating: 'x', expected 'read' or 'write'"):
+    with pytest.raises(ValueError, match=r"rotating: 'x', expected 'read', 'write' or None"):
         CopyShape(16, 16, "x")
+    with pytest.raises(ValueError, match=r"sets: 4 with no rotating side, expected 1"):
+        CopyShape(16, 16, None, 4)
 
 
 def test_fused_roofline_by_hand(root):

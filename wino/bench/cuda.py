@@ -205,7 +205,9 @@ class CudaDevice(Device):
         cupy = self.cupy
         kernel = cupy.RawKernel(STAGE_COPY_SOURCE, "stage_copy")
         reads, writes = (-(-n // 16) for n in (shape.read, shape.write))  # 16-byte items
-        count = {"read": 1, "write": 1, shape.rotating: shape.sets}
+        count = {"read": 1, "write": 1}
+        if shape.rotating is not None:
+            count[shape.rotating] = shape.sets
         srcs = [cupy.zeros(reads * 4, dtype=cupy.uint32) for _ in range(count["read"])]
         dsts = [cupy.zeros(writes * 4, dtype=cupy.uint32) for _ in range(count["write"])]
         blocks = -(-max(reads, writes) // STAGE_COPY_BLOCK)

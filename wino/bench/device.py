@@ -50,18 +50,22 @@ class CopyShape:
     ``write`` written in one launch (the bytes both have copied, the surplus of the larger
     side written as zeros or read into a check that never stores), the buffer on the
     ``rotating`` side ("read" or "write": where the stage has the caller's x or y) one of
-    ``sets``, the other one buffer (the plan's workspace, which every operand set shares).
-    On a layer too small for any kernel to reach the large-copy rate, this is the stage's
-    own memory floor."""
+    ``sets``, the other one buffer (the plan's workspace, which every operand set shares);
+    ``rotating`` None: both sides are workspace (K3), one buffer each. On a layer too small
+    for any kernel to reach the large-copy rate, this is the stage's own memory floor."""
 
     read: int
     write: int
-    rotating: str
+    rotating: str | None
     sets: int = 1
 
     def __post_init__(self) -> None:
-        if self.rotating not in ("read", "write"):
-            raise ValueError(f"CopyShape.rotating: {self.rotating!r}, expected 'read' or 'write'")
+        if self.rotating not in ("read", "write", None):
+            raise ValueError(
+                f"CopyShape.rotating: {self.rotating!r}, expected 'read', 'write' or None"
+            )
+        if self.rotating is None and self.sets != 1:
+            raise ValueError(f"CopyShape.sets: {self.sets} with no rotating side, expected 1")
 
 
 class Device:

@@ -64,8 +64,9 @@ COLUMNS = (
     # a fused row: bound_us its roofline with U cached, bound_ratio against cached_us
     "l2_mb",  # what the fused kernel reads through the L2
     "l2_gbs",  # the L2 bandwidth measured in the run
-    # an unfused row: a plain copy of the stage's bytes, timed as the stage (sweep.COPIED_STAGES)
+    # an unfused row: a plain copy of each stage's bytes, timed as the stage (sweep.COPIED_STAGES)
     "k2_copy_us",
+    "k3_copy_us",
     "k4_copy_us",
     "mma_tflops",  # the tensor rate of a GEMM bound by its multiply-adds (Device.MMA_SHAPE)
 )

@@ -320,11 +320,11 @@ def tile_row(
     return row
 
 
-#: The transform stages, timed against a plain copy of their own bytes (issue 9's "K2 at
-#: >= 85% of the copy bandwidth" where a layer is too small for any kernel to reach the large
-#: copy's rate), and the side of each that holds the caller's tensor (x, y: rotated through
-#: the operand sets as the stage's are; the other side is the shared workspace).
-COPIED_STAGES = {Stage.INPUT: "read", Stage.OUTPUT: "write"}
+#: The stages timed against a plain copy of their own bytes (issue 9's "K2 at >= 85% of the
+#: copy bandwidth" where a layer is too small for any kernel to reach the large copy's rate),
+#: and the side of each that holds the caller's tensor (x, y: rotated through the operand sets
+#: as the stage's are; the other side is the shared workspace; K3's sides are both workspace).
+COPIED_STAGES = {Stage.INPUT: "read", Stage.GEMM: None, Stage.OUTPUT: "write"}
 
 
 def stage_copy_columns(problem: Problem, moved, stage_us, device: Device) -> results.Row:
@@ -332,7 +332,10 @@ def stage_copy_columns(problem: Problem, moved, stage_us, device: Device) -> res
     sets = device.operand_sets(problem)
     return {
         f"{stage.short}_copy_us": results.fmt(
-            device.stage_copy_us(CopyShape(moved[stage].read, moved[stage].write, side, sets)), 6
+            device.stage_copy_us(
+                CopyShape(moved[stage].read, moved[stage].write, side, sets if side else 1)
+            ),
+            6,
         )
         for stage, side in COPIED_STAGES.items()
         if stage in stage_us
