@@ -23,9 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from wino.bench import results  # noqa: E402
-from wino.bench.table import _problem, best, case_ratios, cases, direct_row  # noqa: E402
+from wino.bench.table import best, case_ratios, cases, direct_row, row_problem  # noqa: E402
 from wino.geometry import TileGrid  # noqa: E402
-from wino.vocab import DType, Tile  # noqa: E402
+from wino.vocab import Tile  # noqa: E402
 
 HEADER = (
     "| layer | dtype | tile | direct us | best AOT / direct | MMA floor us | memory floor us "
@@ -36,13 +36,13 @@ HEADER = (
 def floors(row: results.Row, mma: float | None = None) -> tuple[float, float] | None:
     """(MMA floor, memory floor) in microseconds of an unfused row (``mma``: the tensor rate
     where the row has none), None without the rates."""
-    p, copy = _problem(row), results.num(row, "copy_gbs")
+    p, copy = row_problem(row), results.num(row, "copy_gbs")
     mma = results.num(row, "mma_tflops") or mma
     if p is None or not mma or not copy:
         return None
     tile = Tile.parse(row["tile"])
     flops = 2 * tile.bins * TileGrid.of(p, tile).P * p.K * p.Cg
-    moved = DType(row["dtype"]).itemsize * p.N * (p.H * p.W * p.C + p.Ho * p.Wo * p.K)
+    moved = p.dtype.itemsize * p.N * (p.H * p.W * p.C + p.Ho * p.Wo * p.K)
     return flops / (mma * 1e6), moved / (copy * 1e3)
 
 

@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 
 from ..problem import Problem
+from ..vocab import DType
 from . import results
 
 HEADER = (
@@ -132,17 +133,18 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def _problem(row: results.Row) -> Problem | None:
-    """The case's problem from the row's extents (``results.SHAPE``), or None where the row has
-    none (a hand-made CSV)."""
+def row_problem(row: results.Row) -> Problem | None:
+    """The case's problem from the row's extents (``results.SHAPE``) and dtype, or None where
+    the row has no extents (a hand-made CSV)."""
     if not all(row.get(k) for k in results.SHAPE):
         return None
-    return Problem(**{k: int(row[k]) for k in results.SHAPE})
+    dtype = {"dtype": DType(row["dtype"])} if row.get("dtype") else {}
+    return Problem(**{k: int(row[k]) for k in results.SHAPE}, **dtype)
 
 
 def _wide(row: results.Row) -> bool:
     """C and K of at least 256 (the 256- and 512-channel layers)."""
-    p = _problem(row)
+    p = row_problem(row)
     return p is not None and min(p.C, p.K) >= 256
 
 
@@ -150,7 +152,7 @@ def _early(row: results.Row) -> bool:
     """64 to 128 input channels and outputs of at least 56x56: the ResNet and VGG stages that
     only a fused kernel can win (V and M through memory cost the unfused plan more than
     cuDNN's whole time there)."""
-    p = _problem(row)
+    p = row_problem(row)
     return p is not None and 64 <= p.C <= 128 and min(p.Ho, p.Wo) >= 56
 
 
