@@ -106,7 +106,7 @@ class CudaDevice(Device):
         torch, dtype = self.torch, self.tensor_dtype(problem.dtype)
         p = problem
         arrays, raw = [], []
-        for _ in range(operand_sets(problem)):
+        for _ in range(self.operand_sets(problem)):
             x = torch.randn((p.N, p.H, p.W, p.C), device="cuda").to(dtype)
             w = torch.randn((p.K, p.R, p.S, p.Cg), device="cuda").to(dtype)
             y = torch.empty((p.N, p.Ho, p.Wo, p.K), device="cuda", dtype=dtype)

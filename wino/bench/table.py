@@ -174,8 +174,8 @@ _RATIO_LINES = (
 def engines_summary(rows: list[results.Row]) -> list[str]:
     """Per dtype, the geomeans over the cases: direct time / best AOT engine's (U cached),
     over every case and over the 256- and 512-channel ones; direct time / the fused engine's
-    over the 64- and 128-channel ones at 56x56 and more; and the shape-generic cost
-    (unfused / baked - 1, in percent)."""
+    over the 64- and 128-channel ones at 56x56 and more; the shape-generic cost
+    (unfused / baked - 1, in percent); and K2 of the best unfused rows (``k2_lines``)."""
     by_dtype: dict[str, list[tuple[results.Row, dict[str, float]]]] = {}
     unfused: dict[str, list[results.Row]] = {}
     for case_rows in cases(rows).values():
