@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,7 @@ def load_script():
     def load(name: str):
         spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up while they are built
         spec.loader.exec_module(module)
         return module
 

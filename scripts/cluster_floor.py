@@ -1,0 +1,482 @@
+"""The data-movement floor of FUSED.md's 6-CTA cluster design for the wide layers, measured.
+
+docs/FUSED.md "The wide layers" proposes a fused F4x4 kernel whose 6-CTA cluster splits the 36
+bins by column: CTA j of a cluster owns bins (i, j), i = 0..5, for a block of T tiles x Kb output
+channels, and loops over the input channels in chunks. Before anyone builds it, this script
+measures what its data movement alone costs: a *skeleton* kernel that moves every byte the design
+moves, through the same units, and computes nothing:
+
+- per chunk, the chunk's input region (the block's input rows, halo included) by bulk copies
+  multicast to all 6 CTAs of the cluster (each CTA issues a sixth of the channels), and each CTA's
+  6 bins of U by bulk copies, all into double buffers completed on mbarriers, a cluster barrier
+  before a buffer is refilled;
+- every copied byte read back from shared memory once (16-byte loads: the input transform's
+  reads, at their least), the CTA's 6 bins of V written and read back once (what the MMA reads);
+- after the last chunk, the column fold (4 of 6 values a tile and channel, fp32) written to
+  shared memory, read by the cluster's CTAs through distributed shared memory (each a sixth of
+  the pairs, from all 6), and y written (16-byte stores).
+
+So its time is a floor for any kernel of that design on that geometry: the real one adds the
+transforms' arithmetic, the MMAs, y's scattered stores and more than one read of each region byte.
+x is read from a buffer already in the kernel's region layout ([tile block][channel][region
+bytes]), as a tensor map or a layout pass would give it; the region bytes and what the input
+and U reads saw are checked against numpy (a per-CTA xor of every 16-byte word).
+
+    python3 scripts/cluster_floor.py [--geometry T:KB,...] [--mma-tflops F] [MIOPEN_LINE ...]
+
+Needs an sm_90 GPU, nvcc, CuPy and PyTorch (cuDNN, timed in the same run on channels_last
+tensors of the layer). Without lines: the public layers with C, K >= 256. The geometry and
+byte-count functions run anywhere (tests/test_cluster_floor.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from wino.bench.cases import problems_from  # noqa: E402
+from wino.problem import Problem  # noqa: E402
+from wino.vocab import DType  # noqa: E402
+
+CLUSTER = 6  # CTAs a cluster: one per bin column of F4x4's 6 x 6 bins
+BINS = CLUSTER  # bins a CTA owns (its column)
+FOLD = 4  # values a (tile, channel) a CTA keeps after folding its column with A^T (F4x4: m = 4)
+THREADS = 256
+SHARED_LIMIT = 227 * 1024  # the H100's / H200's dynamic shared memory a block may opt into
+CHUNKS = (32, 16, 8)  # channel chunks tried, largest first, until the buffers fit
+MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+CASES = Path(__file__).resolve().parents[1] / "cases/public.txt"
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """One layer on one cluster geometry (every count an exact integer)."""
+
+    problem: Problem
+    tiles: int  # T: tiles a tile block (whole images or whole tile rows)
+    kb: int  # output channels a cluster
+    chunk: int  # input channels a chunk
+    tile_blocks: int
+    region: int  # bytes of one channel's input region, rounded up to 16
+    images: int  # whole images a tile block (0: a block is tile rows of one image)
+
+    @property
+    def channel_blocks(self) -> int:
+        return self.problem.K // self.kb
+
+    @property
+    def clusters(self) -> int:
+        return self.tile_blocks * self.channel_blocks
+
+    @property
+    def ctas(self) -> int:
+        return self.clusters * CLUSTER
+
+    @property
+    def chunks(self) -> int:
+        return self.problem.C // self.chunk
+
+    @property
+    def u_bytes(self) -> int:
+        """One bin's U for one chunk: chunk x kb, 16-bit."""
+        return self.chunk * self.kb * 2
+
+    @property
+    def v_bytes(self) -> int:
+        """The CTA's 6 bins of V for one chunk: 6 x T x chunk, 16-bit."""
+        return BINS * self.tiles * self.chunk * 2
+
+    @property
+    def fold_bytes(self) -> int:
+        """The CTA's folded column: 4 x T x kb fp32."""
+        return FOLD * self.tiles * self.kb * 4
+
+    @property
+    def y_bytes(self) -> int:
+        """The CTA's sixth of the block's y: T x 16 x kb 16-bit values / 6, rounded up to 16."""
+        return _round16(-(-self.tiles * 16 * self.kb * 2 // CLUSTER))
+
+    @property
+    def shared(self) -> int:
+        """Dynamic shared memory: two region and U buffers, V, two mbarriers; the fold reuses it."""
+        buffers = 2 * (self.chunk * self.region + BINS * self.u_bytes) + self.v_bytes
+        return max(buffers, self.fold_bytes) + 16
+
+    @property
+    def accumulators(self) -> int:
+        """fp32 accumulators a thread of the real kernel would hold (6 bins x T x kb)."""
+        return BINS * self.tiles * self.kb // THREADS
+
+
+def _round16(n: int) -> int:
+    return -(-n // 16) * 16
+
+
+def geometry(problem: Problem, tiles: int, kb: int) -> Geometry:
+    """The cluster geometry of ``problem`` with at most ``tiles`` tiles a block and ``kb``
+    output channels a cluster: whole images a block where an image has at most ``tiles`` tiles,
+    else whole tile rows of one image (the region: their input rows with the halo, clipped to
+    the image). ValueError where kb does not divide K or no channel chunk fits the shared
+    memory."""
+    p = problem
+    if p.K % kb:
+        raise ValueError(f"kb {kb} does not divide K {p.K}")
+    tile_rows, tile_cols = -(-p.H // 4), -(-p.W // 4)
+    per_image = tile_rows * tile_cols
+    if per_image <= tiles:
+        images = tiles // per_image
+        t = images * per_image
+        blocks = -(-p.N // images)
+        region = _round16(images * p.H * p.W * 2)
+    else:
+        rows = tiles // tile_cols
+        if rows == 0:
+            raise ValueError(f"{tiles} tiles hold no whole tile row of {tile_cols}")
+        images, t = 0, rows * tile_cols
+        blocks = p.N * -(-tile_rows // rows)
+        region = _round16(min(4 * rows + 2, p.H) * p.W * 2)
+    for chunk in CHUNKS:
+        if p.C % chunk:
+            continue
+        g = Geometry(p, t, kb, chunk, blocks, region, images)
+        if g.shared <= SHARED_LIMIT:
+            return g
+    raise ValueError(f"{p.label()}: no chunk of {CHUNKS} fits {tiles} tiles x {kb} channels")
+
+
+def shared_traffic(g: Geometry) -> int:
+    """Bytes the skeleton moves through shared memory, all CTAs: the region and U written by the
+    copies and read once, V written and read once, the fold written and read (through the
+    cluster), all at least once as the design needs them."""
+    per_chunk = 2 * (g.chunk * g.region + BINS * g.u_bytes + g.v_bytes)
+    return g.ctas * (g.chunks * per_chunk + 2 * g.fold_bytes)
+
+
+def l2_traffic(g: Geometry) -> int:
+    """Bytes the clusters read from the L2 (each region once a cluster: the multicast; U once
+    a CTA) and write (y)."""
+    region = g.problem.C * g.region
+    u = BINS * g.problem.C * g.u_bytes // g.chunk
+    return g.clusters * region + g.ctas * u + g.ctas * g.y_bytes
+
+
+def mma_floor_us(g: Geometry, tflops: float) -> float:
+    """The design's multiply-adds (36 bins x T x K x C a tile block, padded tiles included) at
+    ``tflops``."""
+    flops = 2 * 36 * g.tiles * g.tile_blocks * g.problem.K * g.problem.C
+    return flops / (tflops * 1e12) * 1e6
+
+
+SOURCE = r"""
+#include <cstdint>
+#define CL 6
+#define THREADS {threads}
+#define CHUNK {chunk}
+#define CHUNKS {chunks}
+#define C {c}
+#define KB {kb}
+#define KBLOCKS {kblocks}
+#define REGION {region}
+#define UB {ub}
+#define VB {vb}
+#define FB {fb}
+#define YB {yb}
+
+__device__ __forceinline__ uint32_t smem(const void* p) {{
+  return (uint32_t)__cvta_generic_to_shared(p);
+}}
+__device__ __forceinline__ uint32_t rank() {{
+  uint32_t r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r;
+}}
+__device__ __forceinline__ void cl_arrive() {{
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}}
+__device__ __forceinline__ void cl_wait() {{
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}}
+__device__ __forceinline__ void expect(uint64_t* bar, uint32_t bytes) {{
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+               :: "r"(smem(bar)), "r"(bytes) : "memory");
+}}
+__device__ __forceinline__ void wait_phase(uint64_t* bar, uint32_t parity) {{
+  asm volatile("{{\n .reg .pred p;\n W_%=:\n"
+               " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+               " @!p bra W_%=;\n}}" :: "r"(smem(bar)), "r"(parity) : "memory");
+}}
+__device__ __forceinline__ void copy_all(void* dst, const void* src, uint32_t n, uint64_t* bar) {{
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+               ".multicast::cluster [%0], [%1], %2, [%3], %4;"
+               :: "r"(smem(dst)), "l"(src), "r"(n), "r"(smem(bar)), "h"((uint16_t)0x3f) : "memory");
+}}
+__device__ __forceinline__ void copy_own(void* dst, const void* src, uint32_t n, uint64_t* bar) {{
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1], %2, [%3];"
+               :: "r"(smem(dst)), "l"(src), "r"(n), "r"(smem(bar)) : "memory");
+}}
+__device__ __forceinline__ uint4 ld_peer(uint32_t addr, uint32_t peer) {{
+  uint32_t a; uint4 v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(addr), "r"(peer));
+  asm volatile("ld.shared::cluster.v4.u32 {{%0,%1,%2,%3}}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
+  return v;
+}}
+__device__ __forceinline__ uint32_t fold(uint4 v) {{ return v.x ^ v.y ^ v.z ^ v.w; }}
+
+__device__ __forceinline__ uint32_t read_words(const uint4* p, int n) {{
+  uint32_t acc = 0;
+  for (int w = threadIdx.x; w < n; w += THREADS) acc ^= fold(p[w]);
+  return acc;
+}}
+
+// One chunk's copies into buffer b: this CTA's sixth of the region's channels to all 6 CTAs,
+// its own 6 bins of U. Thread 0 only.
+__device__ void issue(int chunk, int b, uint32_t me, int tb, int kb, const char* xr,
+                      const char* u, char* region, char* ubuf, uint64_t* bars) {{
+  expect(&bars[b], CHUNK * REGION + CL * UB);
+  for (int ch = me; ch < CHUNK; ch += CL) {{
+    const char* src = xr + ((size_t)tb * C + (size_t)chunk * CHUNK + ch) * REGION;
+    copy_all(region + (size_t)(b * CHUNK + ch) * REGION, src, REGION, &bars[b]);
+  }}
+  for (int i = 0; i < CL; ++i) {{
+    const char* src = u + (((size_t)kb * 36 + i * CL + me) * C + (size_t)chunk * CHUNK) * KB * 2;
+    copy_own(ubuf + (size_t)(b * CL + i) * UB, src, UB, &bars[b]);
+  }}
+}}
+
+extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, 1)
+cluster_floor(const char* __restrict__ xr, const char* __restrict__ u, char* __restrict__ y,
+              uint32_t* __restrict__ seen, uint32_t* __restrict__ kept) {{
+  extern __shared__ __align__(128) char sm[];
+  char* region = sm;                                   // [2][CHUNK][REGION]
+  char* ubuf = region + 2 * CHUNK * REGION;            // [2][6][UB]
+  char* vbuf = ubuf + 2 * CL * UB;                     // [VB]
+  size_t top = (size_t)2 * CHUNK * REGION + 2 * CL * UB + VB;
+  if (top < FB) top = FB;
+  uint64_t* bars = (uint64_t*)(sm + top);
+  __shared__ uint32_t red[THREADS / 32];
+
+  const uint32_t me = rank();
+  const int cluster = blockIdx.x / CL;
+  const int kb = cluster % KBLOCKS, tb = cluster / KBLOCKS;
+  if (threadIdx.x == 0) {{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem(&bars[0])));
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem(&bars[1])));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }}
+  cl_arrive(); cl_wait();  // every CTA's barriers exist before any copy lands on them
+  if (threadIdx.x == 0) {{
+    issue(0, 0, me, tb, kb, xr, u, region, ubuf, bars);
+    if (CHUNKS > 1) issue(1, 1, me, tb, kb, xr, u, region, ubuf, bars);
+  }}
+  uint32_t in = 0, other = 0;
+  for (int c = 0; c < CHUNKS; ++c) {{
+    const int b = c & 1;
+    if (c > 0) {{
+      cl_wait();  // every CTA is done with chunk c - 1's buffer: refill it with chunk c + 1
+      if (threadIdx.x == 0 && c + 1 < CHUNKS)
+        issue(c + 1, b ^ 1, me, tb, kb, xr, u, region, ubuf, bars);
+    }}
+    wait_phase(&bars[b], (c >> 1) & 1);
+    in ^= read_words((const uint4*)(region + (size_t)b * CHUNK * REGION), CHUNK * REGION / 16);
+    in ^= read_words((const uint4*)(ubuf + (size_t)b * CL * UB), CL * UB / 16);
+    uint4* v = (uint4*)vbuf;
+    for (int w = threadIdx.x; w < VB / 16; w += THREADS)
+      v[w] = make_uint4(in ^ w, other, c, w);
+    __syncthreads();
+    for (int w = VB / 16 - 1 - threadIdx.x; w >= 0; w -= THREADS) other ^= fold(v[w]);
+    cl_arrive();
+  }}
+  cl_wait();
+  uint4* f = (uint4*)sm;  // the folded column, over the buffers
+  for (int w = threadIdx.x; w < FB / 16; w += THREADS) f[w] = make_uint4(other ^ w, in, w, me);
+  cl_arrive(); cl_wait();  // every CTA's fold is written
+  const int share = FB / 16 / CL;  // 16-byte words a CTA sums from each peer
+  for (uint32_t p = 0; p < CL; ++p)
+    for (int w = threadIdx.x; w < share; w += THREADS)
+      other ^= fold(ld_peer(smem(&f[me * share + w]), p));
+  uint4* out = (uint4*)(y + (size_t)blockIdx.x * YB);
+  for (int w = threadIdx.x; w < YB / 16; w += THREADS) out[w] = make_uint4(other, w, in, me);
+  cl_arrive(); cl_wait();  // no CTA leaves while a peer may still read its fold
+  for (int o = 16; o; o >>= 1) in ^= __shfl_xor_sync(0xffffffffu, in, o);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = in;
+  __syncthreads();
+  if (threadIdx.x == 0) {{
+    uint32_t all = 0;
+    for (int i = 0; i < THREADS / 32; ++i) all ^= red[i];
+    seen[blockIdx.x] = all;
+    kept[blockIdx.x] = other;
+  }}
+}}
+"""
+
+
+def source(g: Geometry) -> str:
+    return SOURCE.format(
+        threads=THREADS,
+        chunk=g.chunk,
+        chunks=g.chunks,
+        c=g.problem.C,
+        kb=g.kb,
+        kblocks=g.channel_blocks,
+        region=g.region,
+        ub=g.u_bytes,
+        vb=g.v_bytes,
+        fb=g.fold_bytes,
+        yb=g.y_bytes,
+    )
+
+
+def expected_seen(g: Geometry, xr, u):
+    """Per CTA, the xor of every 32-bit word of its tile block's regions and its 6 bins of U:
+    what its reads of the copied bytes must give (numpy arrays of uint32)."""
+    import numpy as np
+
+    region = np.bitwise_xor.reduce(xr.reshape(g.tile_blocks, -1), axis=1)
+    per_bin = np.bitwise_xor.reduce(u.reshape(g.channel_blocks, 6, 6, -1), axis=3)
+    column = np.bitwise_xor.reduce(per_bin, axis=1)  # [kb][j]: bins (i, j), i = 0..5
+    block = np.arange(g.ctas)
+    cluster, me = block // CLUSTER, block % CLUSTER
+    return region[cluster // g.channel_blocks] ^ column[cluster % g.channel_blocks, me]
+
+
+def _build(g: Geometry, workdir: Path):
+    import cupy
+
+    cu = workdir / f"floor_{g.tiles}_{g.kb}_{g.chunk}_{g.problem.C}_{g.region}.cu"
+    cu.write_text(source(g))
+    cubin = cu.with_suffix(".cubin")
+    subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-o", str(cubin), str(cu)], check=True)
+    module = cupy.cuda.function.Module()
+    module.load(cubin.read_bytes())
+    kernel = module.get_function("cluster_floor")
+    cupy.cuda.driver.funcSetAttribute(kernel.ptr, MAX_DYNAMIC_SHARED, g.shared)
+    return module, kernel
+
+
+def _operands(g: Geometry, sets: int):
+    import cupy
+
+    xr_words = g.tile_blocks * g.problem.C * g.region // 4
+    u_words = g.channel_blocks * 36 * g.problem.C * g.kb * 2 // 4
+    rng = cupy.random.default_rng(7)
+
+    def words(n: int):
+        return (rng.random(n) * 2**32).astype(cupy.uint32)
+
+    xrs = [words(xr_words) for _ in range(sets)]
+    u = words(u_words)
+    return xrs, u
+
+
+def time_floor(g: Geometry, workdir: Path) -> tuple[float, bool]:
+    """(us per launch, every CTA's reads saw exactly the bytes copied to it)."""
+    import cupy
+
+    from wino.bench.timing import CupyGraphTimer, Settings
+
+    _module, kernel = _build(g, workdir)
+    sets = max(1, math.ceil(2 * 50e6 / (g.tile_blocks * g.problem.C * g.region)))
+    xrs, u = _operands(g, sets)
+    y = cupy.empty(g.ctas * g.y_bytes // 4, dtype=cupy.uint32)
+    seen = cupy.zeros(g.ctas, dtype=cupy.uint32)
+    kept = cupy.zeros(g.ctas, dtype=cupy.uint32)
+
+    def launch(s: int) -> None:
+        kernel((g.ctas,), (THREADS,), (xrs[s % sets], u, y, seen, kept), shared_mem=g.shared)
+
+    launch(0)
+    cupy.cuda.Device().synchronize()
+    ok = bool((seen.get() == expected_seen(g, xrs[0].get(), u.get())).all())
+    return CupyGraphTimer(Settings(3, 20)).time_us(launch, sets), ok
+
+
+def cudnn_us(problem: Problem) -> float:
+    import torch
+
+    p = problem
+    sets = max(1, math.ceil(2 * 50e6 / (p.N * p.C * p.H * p.W * 2)))
+    xs = [
+        torch.randn(p.N, p.C, p.H, p.W, device="cuda", dtype=torch.float16).to(
+            memory_format=torch.channels_last
+        )
+        for _ in range(sets)
+    ]
+    w = torch.randn(p.K, p.C, 3, 3, device="cuda", dtype=torch.float16).to(
+        memory_format=torch.channels_last
+    )
+    torch.backends.cudnn.benchmark = True
+    conv = torch.nn.functional.conv2d
+    for x in xs:
+        conv(x, w, padding=1)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for x in xs:
+            conv(x, w, padding=1)
+    for _ in range(3):
+        graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(20):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / sets)
+    return sorted(times)[len(times) // 2]
+
+
+def wide_layers() -> list[Problem]:
+    problems, _ = problems_from(files=[CASES])
+    return [
+        p for p in problems if p.C >= 256 and p.K >= 256 and p.R == p.S == 3 and p.stride_h == 1
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--geometry", default="56:128,64:64", help="T:KB pairs (tiles, channels)")
+    parser.add_argument(
+        "--mma-tflops", type=float, default=0.0, help="tensor rate for the MMA floor"
+    )
+    parser.add_argument("lines", nargs="*", help="MIOpenDriver lines (default: the wide layers)")
+    args = parser.parse_args(argv)
+    problems = problems_from(commands=args.lines)[0] if args.lines else wide_layers()
+    problems = [replace(p, dtype=DType.FP16) for p in problems]
+    shapes = [tuple(int(v) for v in pair.split(":")) for pair in args.geometry.split(",")]
+    print(
+        "| layer | T | Kb | chunk | CTAs | acc/thread | shared MB | L2 MB | skeleton us "
+        "| shared TB/s | MMA floor us | cuDNN fp16 us | cuDNN / skeleton | reads checked |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in problems:
+            cudnn = cudnn_us(p)
+            for tiles, kb in shapes:
+                try:
+                    g = geometry(p, tiles, kb)
+                except ValueError as err:
+                    print(f"| {p.label()} | {tiles} | {kb} | refused: {err} |")
+                    continue
+                us, ok = time_floor(g, Path(tmp))
+                mma = f"{mma_floor_us(g, args.mma_tflops):.1f}" if args.mma_tflops else "-"
+                smem = shared_traffic(g)
+                print(
+                    f"| {p.label()} | {g.tiles} | {g.kb} | {g.chunk} | {g.ctas} | {g.accumulators} "
+                    f"| {smem / 1e6:.0f} | {l2_traffic(g) / 1e6:.0f} | {us:.1f} "
+                    f"| {smem / us / 1e6:.1f} | {mma} | {cudnn:.1f} | {cudnn / us:.2f} "
+                    f"| {'yes' if ok else 'NO'} |",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
