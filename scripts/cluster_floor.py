@@ -188,6 +188,7 @@ SOURCE = r"""
 #define VB {vb}
 #define FB {fb}
 #define YB {yb}
+#define PARTS {parts}  // 1 region, 2 U, 4 V, 8 fold and y: what this build moves
 
 __device__ __forceinline__ uint32_t smem(const void* p) {{
   return (uint32_t)__cvta_generic_to_shared(p);
@@ -239,12 +240,12 @@ __device__ __forceinline__ uint32_t read_words(const uint4* p, int n) {{
 // its own 6 bins of U. Thread 0 only.
 __device__ void issue(int chunk, int b, uint32_t me, int tb, int kb, const char* xr,
                       const char* u, char* region, char* ubuf, uint64_t* bars) {{
-  expect(&bars[b], CHUNK * REGION + CL * UB);
-  for (int ch = me; ch < CHUNK; ch += CL) {{
+  expect(&bars[b], (PARTS & 1 ? CHUNK * REGION : 0) + (PARTS & 2 ? CL * UB : 0));
+  for (int ch = me; PARTS & 1 && ch < CHUNK; ch += CL) {{
     const char* src = xr + ((size_t)tb * C + (size_t)chunk * CHUNK + ch) * REGION;
     copy_all(region + (size_t)(b * CHUNK + ch) * REGION, src, REGION, &bars[b]);
   }}
-  for (int i = 0; i < CL; ++i) {{
+  for (int i = 0; PARTS & 2 && i < CL; ++i) {{
     const char* src = u + (((size_t)kb * 36 + i * CL + me) * C + (size_t)chunk * CHUNK) * KB * 2;
     copy_own(ubuf + (size_t)(b * CL + i) * UB, src, UB, &bars[b]);
   }}
@@ -284,25 +285,30 @@ cluster_floor(const char* __restrict__ xr, const char* __restrict__ u, char* __r
         issue(c + 1, b ^ 1, me, tb, kb, xr, u, region, ubuf, bars);
     }}
     wait_phase(&bars[b], (c >> 1) & 1);
-    in ^= read_words((const uint4*)(region + (size_t)b * CHUNK * REGION), CHUNK * REGION / 16);
-    in ^= read_words((const uint4*)(ubuf + (size_t)b * CL * UB), CL * UB / 16);
-    uint4* v = (uint4*)vbuf;
-    for (int w = threadIdx.x; w < VB / 16; w += THREADS)
-      v[w] = make_uint4(in ^ w, other, c, w);
-    __syncthreads();
-    for (int w = VB / 16 - 1 - threadIdx.x; w >= 0; w -= THREADS) other ^= fold(v[w]);
+    if (PARTS & 1)
+      in ^= read_words((const uint4*)(region + (size_t)b * CHUNK * REGION), CHUNK * REGION / 16);
+    if (PARTS & 2) in ^= read_words((const uint4*)(ubuf + (size_t)b * CL * UB), CL * UB / 16);
+    if (PARTS & 4) {{
+      uint4* v = (uint4*)vbuf;
+      for (int w = threadIdx.x; w < VB / 16; w += THREADS)
+        v[w] = make_uint4(in ^ w, other, c, w);
+      __syncthreads();
+      for (int w = VB / 16 - 1 - threadIdx.x; w >= 0; w -= THREADS) other ^= fold(v[w]);
+    }}
     cl_arrive();
   }}
   cl_wait();
   uint4* f = (uint4*)sm;  // the folded column, over the buffers
-  for (int w = threadIdx.x; w < FB / 16; w += THREADS) f[w] = make_uint4(other ^ w, in, w, me);
+  for (int w = threadIdx.x; PARTS & 8 && w < FB / 16; w += THREADS)
+    f[w] = make_uint4(other ^ w, in, w, me);
   cl_arrive(); cl_wait();  // every CTA's fold is written
   const int share = FB / 16 / CL;  // 16-byte words a CTA sums from each peer
   for (uint32_t p = 0; p < CL; ++p)
-    for (int w = threadIdx.x; w < share; w += THREADS)
+    for (int w = threadIdx.x; PARTS & 8 && w < share; w += THREADS)
       other ^= fold(ld_peer(smem(&f[me * share + w]), p));
   uint4* out = (uint4*)(y + (size_t)blockIdx.x * YB);
-  for (int w = threadIdx.x; w < YB / 16; w += THREADS) out[w] = make_uint4(other, w, in, me);
+  for (int w = threadIdx.x; PARTS & 8 && w < YB / 16; w += THREADS)
+    out[w] = make_uint4(other, w, in, me);
   cl_arrive(); cl_wait();  // no CTA leaves while a peer may still read its fold
   for (int o = 16; o; o >>= 1) in ^= __shfl_xor_sync(0xffffffffu, in, o);
   if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = in;
@@ -317,8 +323,20 @@ cluster_floor(const char* __restrict__ xr, const char* __restrict__ u, char* __r
 """
 
 
-def source(g: Geometry) -> str:
+#: What a skeleton build moves (PARTS bits), and the ablations that each leave one part out.
+REGION, U, V, FOLD_Y = 1, 2, 4, 8
+ALL = REGION | U | V | FOLD_Y
+ABLATIONS = {
+    "no region": ALL & ~REGION,
+    "no U": ALL & ~U,
+    "no V": ALL & ~V,
+    "no fold, y": ALL & ~FOLD_Y,
+}
+
+
+def source(g: Geometry, parts: int = ALL) -> str:
     return SOURCE.format(
+        parts=parts,
         threads=THREADS,
         chunk=g.chunk,
         chunks=g.chunks,
@@ -333,10 +351,14 @@ def source(g: Geometry) -> str:
     )
 
 
-def expected_seen(g: Geometry, xr, u):
-    """Per CTA, the xor of every 32-bit word of its tile block's regions and its 6 bins of U:
-    what its reads of the copied bytes must give (numpy arrays of uint32)."""
+def expected_seen(g: Geometry, xr, u, parts: int = ALL):
+    """Per CTA, the xor of every 32-bit word of its tile block's regions and its 6 bins of U
+    (those of the two that ``parts`` copies): what its reads of the copied bytes must give
+    (numpy arrays of uint32)."""
     import numpy as np
+
+    xr = xr if parts & REGION else np.zeros_like(xr)
+    u = u if parts & U else np.zeros_like(u)
 
     region = np.bitwise_xor.reduce(xr.reshape(g.tile_blocks, -1), axis=1)
     per_bin = np.bitwise_xor.reduce(u.reshape(g.channel_blocks, 6, 6, -1), axis=3)
@@ -346,11 +368,11 @@ def expected_seen(g: Geometry, xr, u):
     return region[cluster // g.channel_blocks] ^ column[cluster % g.channel_blocks, me]
 
 
-def _build(g: Geometry, workdir: Path):
+def _build(g: Geometry, workdir: Path, parts: int):
     import cupy
 
-    cu = workdir / f"floor_{g.tiles}_{g.kb}_{g.chunk}_{g.problem.C}_{g.region}.cu"
-    cu.write_text(source(g))
+    cu = workdir / f"floor_{g.tiles}_{g.kb}_{g.chunk}_{g.problem.C}_{g.region}_{parts}.cu"
+    cu.write_text(source(g, parts))
     cubin = cu.with_suffix(".cubin")
     subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-o", str(cubin), str(cu)], check=True)
     module = cupy.cuda.function.Module()
@@ -375,13 +397,13 @@ def _operands(g: Geometry, sets: int):
     return xrs, u
 
 
-def time_floor(g: Geometry, workdir: Path) -> tuple[float, bool]:
+def time_floor(g: Geometry, workdir: Path, parts: int = ALL) -> tuple[float, bool]:
     """(us per launch, every CTA's reads saw exactly the bytes copied to it)."""
     import cupy
 
     from wino.bench.timing import CupyGraphTimer, Settings
 
-    _module, kernel = _build(g, workdir)
+    _module, kernel = _build(g, workdir, parts)
     sets = max(1, math.ceil(2 * 50e6 / (g.tile_blocks * g.problem.C * g.region)))
     xrs, u = _operands(g, sets)
     y = cupy.empty(g.ctas * g.y_bytes // 4, dtype=cupy.uint32)
@@ -393,7 +415,7 @@ def time_floor(g: Geometry, workdir: Path) -> tuple[float, bool]:
 
     launch(0)
     cupy.cuda.Device().synchronize()
-    ok = bool((seen.get() == expected_seen(g, xrs[0].get(), u.get())).all())
+    ok = bool((seen.get() == expected_seen(g, xrs[0].get(), u.get(), parts)).all())
     return CupyGraphTimer(Settings(3, 20)).time_us(launch, sets), ok
 
 
@@ -446,6 +468,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--mma-tflops", type=float, default=0.0, help="tensor rate for the MMA floor"
     )
+    parser.add_argument(
+        "--ablate", action="store_true", help="each layer's first geometry again without each part"
+    )
     parser.add_argument("lines", nargs="*", help="MIOpenDriver lines (default: the wide layers)")
     args = parser.parse_args(argv)
     problems = problems_from(commands=args.lines)[0] if args.lines else wide_layers()
@@ -475,6 +500,14 @@ def main(argv: list[str] | None = None) -> int:
                     f"| {'yes' if ok else 'NO'} |",
                     flush=True,
                 )
+                if args.ablate and (tiles, kb) == shapes[0]:
+                    for name, parts in ABLATIONS.items():
+                        less, ok = time_floor(g, Path(tmp), parts)
+                        print(
+                            f"| {p.label()} {name} | {g.tiles} | {g.kb} | | | | | | {less:.1f} "
+                            f"(-{us - less:.1f}) | | | | | {'yes' if ok else 'NO'} |",
+                            flush=True,
+                        )
     return 0
 
 

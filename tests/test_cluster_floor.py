@@ -80,3 +80,15 @@ def test_the_kernel_source_carries_the_geometry(floor):
     text = floor.source(g)
     assert "#define REGION 2016" in text and "#define CHUNKS 16" in text
     assert "__cluster_dims__(CL, 1, 1)" in text and ".multicast::cluster" in text
+
+
+def test_an_ablation_copies_and_checks_only_its_parts(floor):
+    g = floor.geometry(_layer(2, 256, 14, 128), tiles=16, kb=64)
+    xr = np.arange(g.tile_blocks * 256 * g.region // 4, dtype=np.uint32)
+    u = np.arange(2 * 36 * 256 * 64 // 2, dtype=np.uint32) * 7
+    no_region = floor.expected_seen(g, xr, u, floor.ALL & ~floor.REGION)
+    no_u = floor.expected_seen(g, xr, u, floor.ALL & ~floor.U)
+    assert (no_region ^ no_u == floor.expected_seen(g, xr, u)).all()
+    assert not floor.expected_seen(g, xr, u, floor.V | floor.FOLD_Y).any()
+    text = floor.source(g, floor.ABLATIONS["no V"])
+    assert "#define PARTS 11 " in text
