@@ -7,9 +7,11 @@ measures what its data movement alone costs: a *skeleton* kernel that moves ever
 moves, through the same units, and computes nothing:
 
 - per chunk, the chunk's input region (the block's input rows, halo included) by bulk copies
-  multicast to all 6 CTAs of the cluster (each CTA issues a sixth of the channels), and each CTA's
-  6 bins of U by bulk copies, all into double buffers completed on mbarriers, a cluster barrier
-  before a buffer is refilled;
+  multicast to all 6 CTAs of the cluster (each CTA issues a sixth of the bytes) and each CTA's 6
+  bins of U by one bulk copy (U laid out [channel block][bin column][C][bin row][Kb]), into a
+  ring of slots completed on mbarriers; one producer warp issues them, a slot refilled once all
+  6 CTAs have arrived on its "empty" mbarrier (remote arrivals), so CTAs drift up to the ring's
+  depth;
 - every copied byte read back from shared memory once (16-byte loads: the input transform's
   reads, at their least), the CTA's 6 bins of V written and read back once (what the MMA reads);
 - after the last chunk, the column fold (4 of 6 values a tile and channel, fp32) written to
@@ -50,7 +52,8 @@ BINS = CLUSTER  # bins a CTA owns (its column)
 FOLD = 4  # values a (tile, channel) a CTA keeps after folding its column with A^T (F4x4: m = 4)
 THREADS = 256
 SHARED_LIMIT = 227 * 1024  # the H100's / H200's dynamic shared memory a block may opt into
-CHUNKS = (32, 16, 8)  # channel chunks tried, largest first, until the buffers fit
+STAGES = (4, 3, 2)  # ring slots tried, most first, ...
+CHUNKS = (16, 8)  # ... each with these channel chunks, largest first, until the ring fits
 MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 CASES = Path(__file__).resolve().parents[1] / "cases/public.txt"
 
@@ -63,6 +66,7 @@ class Geometry:
     tiles: int  # T: tiles a tile block (whole images or whole tile rows)
     kb: int  # output channels a cluster
     chunk: int  # input channels a chunk
+    stages: int  # ring slots (chunks in flight)
     tile_blocks: int
     region: int  # bytes of one channel's input region, rounded up to 16
     images: int  # whole images a tile block (0: a block is tile rows of one image)
@@ -104,10 +108,16 @@ class Geometry:
         return _round16(-(-self.tiles * 16 * self.kb * 2 // CLUSTER))
 
     @property
+    def part(self) -> int:
+        """Bytes of a chunk's region each CTA multicasts (a sixth, rounded up to 16)."""
+        return _round16(-(-self.chunk * self.region // CLUSTER))
+
+    @property
     def shared(self) -> int:
-        """Dynamic shared memory: two region and U buffers, V, two mbarriers; the fold reuses it."""
-        buffers = 2 * (self.chunk * self.region + BINS * self.u_bytes) + self.v_bytes
-        return max(buffers, self.fold_bytes) + 16
+        """Dynamic shared memory: the ring of chunks (region and U), V, two mbarriers a slot;
+        the fold reuses it."""
+        ring = self.stages * (self.chunk * self.region + BINS * self.u_bytes) + self.v_bytes
+        return max(ring, self.fold_bytes) + 16 * self.stages
 
     @property
     def accumulators(self) -> int:
@@ -142,12 +152,11 @@ def geometry(problem: Problem, tiles: int, kb: int) -> Geometry:
         images, t = 0, rows * tile_cols
         blocks = p.N * -(-tile_rows // rows)
         region = _round16(min(4 * rows + 2, p.H) * p.W * 2)
-    for chunk in CHUNKS:
-        if p.C % chunk:
-            continue
-        g = Geometry(p, t, kb, chunk, blocks, region, images)
-        if g.shared <= SHARED_LIMIT:
-            return g
+    for stages in STAGES:
+        for chunk in CHUNKS:
+            g = Geometry(p, t, kb, chunk, stages, blocks, region, images)
+            if p.C % chunk == 0 and g.shared <= SHARED_LIMIT:
+                return g
     raise ValueError(f"{p.label()}: no chunk of {CHUNKS} fits {tiles} tiles x {kb} channels")
 
 
@@ -177,18 +186,21 @@ def mma_floor_us(g: Geometry, tflops: float) -> float:
 SOURCE = r"""
 #include <cstdint>
 #define CL 6
-#define THREADS {threads}
+#define THREADS {threads}  // consumer threads; one more warp issues the copies
+#define STAGES {stages}
 #define CHUNK {chunk}
 #define CHUNKS {chunks}
 #define C {c}
 #define KB {kb}
 #define KBLOCKS {kblocks}
 #define REGION {region}
+#define PART {part}  // 16-byte multiple: each CTA multicasts this much of a chunk's region
 #define UB {ub}
 #define VB {vb}
 #define FB {fb}
 #define YB {yb}
 #define PARTS {parts}  // 1 region, 2 U, 4 V, 8 fold and y: what this build moves
+#define STAGE (CHUNK * REGION + CL * UB)  // one ring slot: the chunk's region, the CTA's U
 
 __device__ __forceinline__ uint32_t smem(const void* p) {{
   return (uint32_t)__cvta_generic_to_shared(p);
@@ -196,11 +208,15 @@ __device__ __forceinline__ uint32_t smem(const void* p) {{
 __device__ __forceinline__ uint32_t rank() {{
   uint32_t r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r;
 }}
-__device__ __forceinline__ void cl_arrive() {{
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+__device__ __forceinline__ void cluster_sync() {{
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }}
-__device__ __forceinline__ void cl_wait() {{
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+__device__ __forceinline__ void consumers_sync() {{
+  asm volatile("bar.sync 1, %0;" :: "n"(THREADS) : "memory");
+}}
+__device__ __forceinline__ void init(uint64_t* bar, uint32_t count) {{
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem(bar)), "r"(count));
 }}
 __device__ __forceinline__ void expect(uint64_t* bar, uint32_t bytes) {{
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
@@ -208,8 +224,15 @@ __device__ __forceinline__ void expect(uint64_t* bar, uint32_t bytes) {{
 }}
 __device__ __forceinline__ void wait_phase(uint64_t* bar, uint32_t parity) {{
   asm volatile("{{\n .reg .pred p;\n W_%=:\n"
-               " mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+               " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
                " @!p bra W_%=;\n}}" :: "r"(smem(bar)), "r"(parity) : "memory");
+}}
+// An arrival on the mbarrier at ``bar``'s offset in CTA ``peer`` of the cluster.
+__device__ __forceinline__ void arrive_at(uint64_t* bar, uint32_t peer) {{
+  uint32_t a;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(smem(bar)), "r"(peer));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];"
+               :: "r"(a) : "memory");
 }}
 __device__ __forceinline__ void copy_all(void* dst, const void* src, uint32_t n, uint64_t* bar) {{
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
@@ -223,96 +246,109 @@ __device__ __forceinline__ void copy_own(void* dst, const void* src, uint32_t n,
 }}
 __device__ __forceinline__ uint4 ld_peer(uint32_t addr, uint32_t peer) {{
   uint32_t a; uint4 v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(addr), "r"(peer));
-  asm volatile("ld.shared::cluster.v4.u32 {{%0,%1,%2,%3}}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a) : "memory");
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(addr), "r"(peer));
+  asm("ld.shared::cluster.v4.u32 {{%0,%1,%2,%3}}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
   return v;
 }}
 __device__ __forceinline__ uint32_t fold(uint4 v) {{ return v.x ^ v.y ^ v.z ^ v.w; }}
 
+// The xor of n 16-byte words, the consumer threads taking every THREADS-th, 4 loads in flight.
 __device__ __forceinline__ uint32_t read_words(const uint4* p, int n) {{
-  uint32_t acc = 0;
-  for (int w = threadIdx.x; w < n; w += THREADS) acc ^= fold(p[w]);
-  return acc;
+  uint32_t a = 0, b = 0, c = 0, d = 0;
+  int w = threadIdx.x;
+  for (; w + 3 * THREADS < n; w += 4 * THREADS) {{
+    uint4 x0 = p[w], x1 = p[w + THREADS], x2 = p[w + 2 * THREADS], x3 = p[w + 3 * THREADS];
+    a ^= fold(x0); b ^= fold(x1); c ^= fold(x2); d ^= fold(x3);
+  }}
+  for (; w < n; w += THREADS) a ^= fold(p[w]);
+  return a ^ b ^ c ^ d;
 }}
 
-// One chunk's copies into buffer b: this CTA's sixth of the region's channels to all 6 CTAs,
-// its own 6 bins of U. Thread 0 only.
+// The producer warp's lane 0: chunk ``chunk`` into ring slot ``b``: this CTA's sixth of the
+// region's bytes to all 6 CTAs, its own 6 bins of U ([kb][column][C][6 rows][KB]).
 __device__ void issue(int chunk, int b, uint32_t me, int tb, int kb, const char* xr,
-                      const char* u, char* region, char* ubuf, uint64_t* bars) {{
-  expect(&bars[b], (PARTS & 1 ? CHUNK * REGION : 0) + (PARTS & 2 ? CL * UB : 0));
-  for (int ch = me; PARTS & 1 && ch < CHUNK; ch += CL) {{
-    const char* src = xr + ((size_t)tb * C + (size_t)chunk * CHUNK + ch) * REGION;
-    copy_all(region + (size_t)(b * CHUNK + ch) * REGION, src, REGION, &bars[b]);
-  }}
-  for (int i = 0; PARTS & 2 && i < CL; ++i) {{
-    const char* src = u + (((size_t)kb * 36 + i * CL + me) * C + (size_t)chunk * CHUNK) * KB * 2;
-    copy_own(ubuf + (size_t)(b * CL + i) * UB, src, UB, &bars[b]);
-  }}
+                      const char* u, char* ring, uint64_t* full) {{
+  char* slot = ring + (size_t)b * STAGE;
+  expect(&full[b], (PARTS & 1 ? CHUNK * REGION : 0) + (PARTS & 2 ? CL * UB : 0));
+  const int from = me * PART, left = CHUNK * REGION - from;
+  if (PARTS & 1 && left > 0)
+    copy_all(slot + from, xr + ((size_t)tb * C + (size_t)chunk * CHUNK) * REGION + from,
+             left < PART ? left : PART, &full[b]);
+  if (PARTS & 2)
+    copy_own(slot + CHUNK * REGION,
+             u + (((size_t)kb * CL + me) * C + (size_t)chunk * CHUNK) * CL * KB * 2, CL * UB,
+             &full[b]);
 }}
 
-extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS, 1)
+extern "C" __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(THREADS + 32, 1)
 cluster_floor(const char* __restrict__ xr, const char* __restrict__ u, char* __restrict__ y,
               uint32_t* __restrict__ seen, uint32_t* __restrict__ kept) {{
   extern __shared__ __align__(128) char sm[];
-  char* region = sm;                                   // [2][CHUNK][REGION]
-  char* ubuf = region + 2 * CHUNK * REGION;            // [2][6][UB]
-  char* vbuf = ubuf + 2 * CL * UB;                     // [VB]
-  size_t top = (size_t)2 * CHUNK * REGION + 2 * CL * UB + VB;
+  char* ring = sm;                                     // [STAGES][STAGE]
+  char* vbuf = ring + STAGES * STAGE;                  // [VB]
+  size_t top = (size_t)STAGES * STAGE + VB;
   if (top < FB) top = FB;
-  uint64_t* bars = (uint64_t*)(sm + top);
+  uint64_t* full = (uint64_t*)(sm + top);              // [STAGES]: the slot's bytes landed
+  uint64_t* empty = full + STAGES;                     // [STAGES]: all 6 CTAs done with it
   __shared__ uint32_t red[THREADS / 32];
 
   const uint32_t me = rank();
   const int cluster = blockIdx.x / CL;
   const int kb = cluster % KBLOCKS, tb = cluster / KBLOCKS;
   if (threadIdx.x == 0) {{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem(&bars[0])));
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem(&bars[1])));
+    for (int s = 0; s < STAGES; ++s) {{ init(&full[s], 1); init(&empty[s], CL); }}
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }}
-  cl_arrive(); cl_wait();  // every CTA's barriers exist before any copy lands on them
-  if (threadIdx.x == 0) {{
-    issue(0, 0, me, tb, kb, xr, u, region, ubuf, bars);
-    if (CHUNKS > 1) issue(1, 1, me, tb, kb, xr, u, region, ubuf, bars);
-  }}
+  cluster_sync();  // every CTA's barriers exist before any copy or arrival lands on them
   uint32_t in = 0, other = 0;
-  for (int c = 0; c < CHUNKS; ++c) {{
-    const int b = c & 1;
-    if (c > 0) {{
-      cl_wait();  // every CTA is done with chunk c - 1's buffer: refill it with chunk c + 1
-      if (threadIdx.x == 0 && c + 1 < CHUNKS)
-        issue(c + 1, b ^ 1, me, tb, kb, xr, u, region, ubuf, bars);
+  if (threadIdx.x >= THREADS) {{  // the producer warp
+    if (threadIdx.x == THREADS)
+      for (int c = 0; c < CHUNKS; ++c) {{
+        const int b = c % STAGES;
+        if (c >= STAGES) wait_phase(&empty[b], (c / STAGES - 1) & 1);
+        issue(c, b, me, tb, kb, xr, u, ring, full);
+      }}
+  }} else {{
+    for (int c = 0; c < CHUNKS; ++c) {{
+      const int b = c % STAGES;
+      const char* slot = ring + (size_t)b * STAGE;
+      wait_phase(&full[b], (c / STAGES) & 1);
+      if (PARTS & 1) in ^= read_words((const uint4*)slot, CHUNK * REGION / 16);
+      if (PARTS & 2) in ^= read_words((const uint4*)(slot + CHUNK * REGION), CL * UB / 16);
+      if (PARTS & 4) {{
+        uint4* v = (uint4*)vbuf;
+        for (int w = threadIdx.x; w < VB / 16; w += THREADS)
+          v[w] = make_uint4(in ^ w, other, c, w);
+        consumers_sync();
+        other ^= read_words(v, VB / 16);
+      }}
+      consumers_sync();  // this CTA is done with slot b (and V)
+      if (threadIdx.x < CL) arrive_at(&empty[b], threadIdx.x);
     }}
-    wait_phase(&bars[b], (c >> 1) & 1);
-    if (PARTS & 1)
-      in ^= read_words((const uint4*)(region + (size_t)b * CHUNK * REGION), CHUNK * REGION / 16);
-    if (PARTS & 2) in ^= read_words((const uint4*)(ubuf + (size_t)b * CL * UB), CL * UB / 16);
-    if (PARTS & 4) {{
-      uint4* v = (uint4*)vbuf;
-      for (int w = threadIdx.x; w < VB / 16; w += THREADS)
-        v[w] = make_uint4(in ^ w, other, c, w);
-      __syncthreads();
-      for (int w = VB / 16 - 1 - threadIdx.x; w >= 0; w -= THREADS) other ^= fold(v[w]);
-    }}
-    cl_arrive();
   }}
-  cl_wait();
-  uint4* f = (uint4*)sm;  // the folded column, over the buffers
-  for (int w = threadIdx.x; PARTS & 8 && w < FB / 16; w += THREADS)
-    f[w] = make_uint4(other ^ w, in, w, me);
-  cl_arrive(); cl_wait();  // every CTA's fold is written
+  cluster_sync();  // every copy landed and every CTA left its ring: the fold may overwrite it
+  uint4* f = (uint4*)sm;
   const int share = FB / 16 / CL;  // 16-byte words a CTA sums from each peer
-  for (uint32_t p = 0; p < CL; ++p)
-    for (int w = threadIdx.x; PARTS & 8 && w < share; w += THREADS)
-      other ^= fold(ld_peer(smem(&f[me * share + w]), p));
-  uint4* out = (uint4*)(y + (size_t)blockIdx.x * YB);
-  for (int w = threadIdx.x; PARTS & 8 && w < YB / 16; w += THREADS)
-    out[w] = make_uint4(other, w, in, me);
-  cl_arrive(); cl_wait();  // no CTA leaves while a peer may still read its fold
+  if (threadIdx.x < THREADS && PARTS & 8)
+    for (int w = threadIdx.x; w < FB / 16; w += THREADS) f[w] = make_uint4(other ^ w, in, w, me);
+  cluster_sync();  // every CTA's fold is written
+  if (threadIdx.x < THREADS && PARTS & 8) {{
+    for (int w = threadIdx.x; w < share; w += THREADS) {{
+      uint4 v[CL];
+#pragma unroll
+      for (int p = 0; p < CL; ++p) v[p] = ld_peer(smem(&f[me * share + w]), p);
+#pragma unroll
+      for (int p = 0; p < CL; ++p) other ^= fold(v[p]);
+    }}
+    uint4* out = (uint4*)(y + (size_t)blockIdx.x * YB);
+    for (int w = threadIdx.x; w < YB / 16; w += THREADS) out[w] = make_uint4(other, w, in, me);
+  }}
+  cluster_sync();  // no CTA leaves while a peer may still read its fold
+  if (threadIdx.x >= THREADS) return;
   for (int o = 16; o; o >>= 1) in ^= __shfl_xor_sync(0xffffffffu, in, o);
   if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = in;
-  __syncthreads();
+  consumers_sync();
   if (threadIdx.x == 0) {{
     uint32_t all = 0;
     for (int i = 0; i < THREADS / 32; ++i) all ^= red[i];
@@ -334,10 +370,48 @@ ABLATIONS = {
 }
 
 
+#: The calibration: how fast an SM's threads read its shared memory in 16-byte words (4 blocks
+#: an SM of 512 threads, each streaming a 48 KiB buffer PASSES times).
+RATE_SOURCE = r"""
+extern "C" __global__ void __launch_bounds__(512) shared_rate(unsigned* sink, int passes) {
+  __shared__ uint4 buf[3072];
+  for (int w = threadIdx.x; w < 3072; w += 512) buf[w] = make_uint4(w, w, w, w);
+  __syncthreads();
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  for (int p = 0; p < passes; ++p)
+    for (int w = threadIdx.x; w < 3072; w += 2048) {
+      uint4 x0 = buf[w], x1 = buf[w + 512], x2 = buf[w + 1024], x3 = buf[w + 1536];
+      a ^= x0.x ^ x0.w ^ p; b ^= x1.y ^ x1.z; c ^= x2.x ^ x2.z; d ^= x3.y ^ x3.w;
+    }
+  if ((a ^ b ^ c ^ d) == 0x9e3779b9u) sink[0] = a;
+}
+"""
+RATE_BYTES, RATE_PASSES = 3072 * 16, 2000
+
+
+def shared_rate_tbs() -> float:
+    """Shared-memory read bandwidth of the whole GPU, TB/s (the calibration of ``RATE_SOURCE``)."""
+    import cupy
+
+    from wino.bench.timing import CupyGraphTimer, Settings
+
+    kernel = cupy.RawKernel(RATE_SOURCE, "shared_rate")
+    sink = cupy.zeros(1, dtype=cupy.uint32)
+    blocks = 4 * cupy.cuda.Device().attributes["MultiProcessorCount"]
+
+    def launch(s: int) -> None:
+        kernel((blocks,), (512,), (sink, cupy.int32(RATE_PASSES)))
+
+    us = CupyGraphTimer(Settings(3, 20)).time_us(launch)
+    return blocks * RATE_BYTES * RATE_PASSES / (us * 1e-6) / 1e12
+
+
 def source(g: Geometry, parts: int = ALL) -> str:
     return SOURCE.format(
         parts=parts,
         threads=THREADS,
+        stages=g.stages,
+        part=g.part,
         chunk=g.chunk,
         chunks=g.chunks,
         c=g.problem.C,
@@ -361,8 +435,7 @@ def expected_seen(g: Geometry, xr, u, parts: int = ALL):
     u = u if parts & U else np.zeros_like(u)
 
     region = np.bitwise_xor.reduce(xr.reshape(g.tile_blocks, -1), axis=1)
-    per_bin = np.bitwise_xor.reduce(u.reshape(g.channel_blocks, 6, 6, -1), axis=3)
-    column = np.bitwise_xor.reduce(per_bin, axis=1)  # [kb][j]: bins (i, j), i = 0..5
+    column = np.bitwise_xor.reduce(u.reshape(g.channel_blocks, CLUSTER, -1), axis=2)  # [kb][j]
     block = np.arange(g.ctas)
     cluster, me = block // CLUSTER, block % CLUSTER
     return region[cluster // g.channel_blocks] ^ column[cluster % g.channel_blocks, me]
@@ -371,7 +444,9 @@ def expected_seen(g: Geometry, xr, u, parts: int = ALL):
 def _build(g: Geometry, workdir: Path, parts: int):
     import cupy
 
-    cu = workdir / f"floor_{g.tiles}_{g.kb}_{g.chunk}_{g.problem.C}_{g.region}_{parts}.cu"
+    cu = (
+        workdir / f"floor_{g.tiles}_{g.kb}_{g.chunk}_{g.stages}_{g.problem.C}_{g.region}_{parts}.cu"
+    )
     cu.write_text(source(g, parts))
     cubin = cu.with_suffix(".cubin")
     subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-o", str(cubin), str(cu)], check=True)
@@ -411,7 +486,7 @@ def time_floor(g: Geometry, workdir: Path, parts: int = ALL) -> tuple[float, boo
     kept = cupy.zeros(g.ctas, dtype=cupy.uint32)
 
     def launch(s: int) -> None:
-        kernel((g.ctas,), (THREADS,), (xrs[s % sets], u, y, seen, kept), shared_mem=g.shared)
+        kernel((g.ctas,), (THREADS + 32,), (xrs[s % sets], u, y, seen, kept), shared_mem=g.shared)
 
     launch(0)
     cupy.cuda.Device().synchronize()
@@ -476,8 +551,9 @@ def main(argv: list[str] | None = None) -> int:
     problems = problems_from(commands=args.lines)[0] if args.lines else wide_layers()
     problems = [replace(p, dtype=DType.FP16) for p in problems]
     shapes = [tuple(int(v) for v in pair.split(":")) for pair in args.geometry.split(",")]
+    print(f"shared memory read rate (calibration): {shared_rate_tbs():.1f} TB/s\n")
     print(
-        "| layer | T | Kb | chunk | CTAs | acc/thread | shared MB | L2 MB | skeleton us "
+        "| layer | T | Kb | chunk x slots | CTAs | acc/thread | shared MB | L2 MB | skeleton us "
         "| shared TB/s | MMA floor us | cuDNN fp16 us | cuDNN / skeleton | reads checked |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -494,7 +570,8 @@ def main(argv: list[str] | None = None) -> int:
                 mma = f"{mma_floor_us(g, args.mma_tflops):.1f}" if args.mma_tflops else "-"
                 smem = shared_traffic(g)
                 print(
-                    f"| {p.label()} | {g.tiles} | {g.kb} | {g.chunk} | {g.ctas} | {g.accumulators} "
+                    f"| {p.label()} | {g.tiles} | {g.kb} | {g.chunk} x {g.stages} | {g.ctas} "
+                    f"| {g.accumulators} "
                     f"| {smem / 1e6:.0f} | {l2_traffic(g) / 1e6:.0f} | {us:.1f} "
                     f"| {smem / us / 1e6:.1f} | {mma} | {cudnn:.1f} | {cudnn / us:.2f} "
                     f"| {'yes' if ok else 'NO'} |",

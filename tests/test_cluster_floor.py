@@ -25,8 +25,9 @@ def test_a_large_image_is_blocked_by_whole_tile_rows_with_their_halo(floor):
     assert g.tile_blocks == 16 * 4  # 14 tile rows an image: 4 blocks, the last half full
     assert g.region == (4 * 4 + 2) * 56 * 2  # 18 input rows of 56 fp16 values
     assert g.ctas == 6 * 64 * 2
-    assert g.chunk == 16  # 32 channels' double buffers (228 KiB) do not fit the 227 KiB
-    assert g.shared <= floor.SHARED_LIMIT < floor.Geometry(**{**vars(g), "chunk": 32}).shared
+    assert (g.chunk, g.stages) == (8, 4)  # 4 slots of 16 channels (232.5 KiB) do not fit
+    assert g.shared <= floor.SHARED_LIMIT < floor.Geometry(**{**vars(g), "chunk": 16}).shared
+    assert g.part == 8 * 2016 // 6  # 2688: each CTA multicasts a sixth of a chunk's region
     assert g.accumulators == 6 * 56 * 128 // 256
 
 
@@ -49,8 +50,8 @@ def test_what_does_not_fit_is_refused_with_the_reason(floor):
 
 def test_the_traffic_counts_every_copy_and_read(floor):
     g = floor.geometry(_layer(16, 256, 56, 256), tiles=56, kb=128)
-    chunk = 2 * (16 * 2016 + 6 * 16 * 128 * 2 + 6 * 56 * 16 * 2)  # written and read once
-    assert floor.shared_traffic(g) == 768 * (16 * chunk + 2 * 4 * 56 * 128 * 4)
+    chunk = 2 * (8 * 2016 + 6 * 8 * 128 * 2 + 6 * 56 * 8 * 2)  # written and read once
+    assert floor.shared_traffic(g) == 768 * (32 * chunk + 2 * 4 * 56 * 128 * 4)
     region_once_a_cluster = 128 * 256 * 2016
     u_once_a_cta = 768 * 6 * 256 * 128 * 2
     assert floor.l2_traffic(g) == region_once_a_cluster + u_once_a_cta + 768 * g.y_bytes
@@ -67,18 +68,18 @@ def test_the_expected_checksum_is_each_cta_s_region_and_u_column(floor):
     seen = floor.expected_seen(g, xr, u)
     assert seen.shape == (g.ctas,)
     regions = xr.reshape(g.tile_blocks, -1)
-    bins = u.reshape(g.channel_blocks, 36, -1)
+    columns = u.reshape(g.channel_blocks, 6, 256, 6, 64 // 2)  # [kb][j][C][i][Kb] 16-bit pairs
     for cta in range(g.ctas):
         cluster, me = divmod(cta, 6)
         tb, kb = divmod(cluster, g.channel_blocks)
-        words = np.concatenate([regions[tb], *(bins[kb, i * 6 + me] for i in range(6))])
+        words = np.concatenate([regions[tb], columns[kb, me].ravel()])
         assert seen[cta] == np.bitwise_xor.reduce(words)
 
 
 def test_the_kernel_source_carries_the_geometry(floor):
     g = floor.geometry(_layer(16, 256, 56, 256), tiles=56, kb=128)
     text = floor.source(g)
-    assert "#define REGION 2016" in text and "#define CHUNKS 16" in text
+    assert "#define REGION 2016" in text and "#define CHUNKS 32" in text
     assert "__cluster_dims__(CL, 1, 1)" in text and ".multicast::cluster" in text
 
 
