@@ -327,6 +327,7 @@ cluster_floor(const char* __restrict__ xr, const char* __restrict__ u, char* __r
       if (threadIdx.x < CL) arrive_at(&empty[b], threadIdx.x);
     }}
   }}
+  __syncwarp();  // the producer warp converges before the aligned cluster barrier
   cluster_sync();  // every copy landed and every CTA left its ring: the fold may overwrite it
   uint4* f = (uint4*)sm;
   const int share = FB / 16 / CL;  // 16-byte words a CTA sums from each peer
