@@ -372,22 +372,23 @@ ABLATIONS = {
 
 
 #: The calibration: how fast an SM's threads read its shared memory in 16-byte words (4 blocks
-#: an SM of 512 threads, each streaming a 48 KiB buffer PASSES times).
+#: an SM of 512 threads, each thread reading 4 words of a 32 KiB buffer PASSES times).
 RATE_SOURCE = r"""
 extern "C" __global__ void __launch_bounds__(512) shared_rate(unsigned* sink, int passes) {
-  __shared__ uint4 buf[3072];
-  for (int w = threadIdx.x; w < 3072; w += 512) buf[w] = make_uint4(w, w, w, w);
+  __shared__ uint4 buf[2048];
+  for (int w = threadIdx.x; w < 2048; w += 512) buf[w] = make_uint4(w, w, w, w);
   __syncthreads();
   unsigned a = 0, b = 0, c = 0, d = 0;
-  for (int p = 0; p < passes; ++p)
-    for (int w = threadIdx.x; w < 3072; w += 2048) {
-      uint4 x0 = buf[w], x1 = buf[w + 512], x2 = buf[w + 1024], x3 = buf[w + 1536];
-      a ^= x0.x ^ x0.w ^ p; b ^= x1.y ^ x1.z; c ^= x2.x ^ x2.z; d ^= x3.y ^ x3.w;
-    }
+  const int w = threadIdx.x;
+  for (int p = 0; p < passes; ++p) {
+    uint4 x0 = buf[w], x1 = buf[w + 512], x2 = buf[w + 1024], x3 = buf[w + 1536];
+    a ^= x0.x ^ x0.w ^ p; b ^= x1.y ^ x1.z; c ^= x2.x ^ x2.z; d ^= x3.y ^ x3.w;
+    __syncwarp();
+  }
   if ((a ^ b ^ c ^ d) == 0x9e3779b9u) sink[0] = a;
 }
 """
-RATE_BYTES, RATE_PASSES = 3072 * 16, 2000
+RATE_BYTES, RATE_PASSES = 2048 * 16, 4000
 
 
 def shared_rate_tbs() -> float:
