@@ -381,9 +381,10 @@ extern "C" __global__ void __launch_bounds__(512) shared_rate(unsigned* sink, in
   unsigned a = 0, b = 0, c = 0, d = 0;
   const int w = threadIdx.x;
   for (int p = 0; p < passes; ++p) {
-    uint4 x0 = buf[w], x1 = buf[w + 512], x2 = buf[w + 1024], x3 = buf[w + 1536];
+    const int o = w + (p & 3) * 128;  // a new word each pass: no load leaves the loop
+    uint4 x0 = buf[o & 2047], x1 = buf[(o + 512) & 2047], x2 = buf[(o + 1024) & 2047],
+          x3 = buf[(o + 1536) & 2047];
     a ^= x0.x ^ x0.w ^ p; b ^= x1.y ^ x1.z; c ^= x2.x ^ x2.z; d ^= x3.y ^ x3.w;
-    __syncwarp();
   }
   if ((a ^ b ^ c ^ d) == 0x9e3779b9u) sink[0] = a;
 }
