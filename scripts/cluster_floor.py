@@ -18,8 +18,11 @@ moves, through the same units, and computes nothing:
   shared memory, read by the cluster's CTAs through distributed shared memory (each a sixth of
   the pairs, from all 6), and y written (16-byte stores).
 
-So its time is a floor for any kernel of that design on that geometry: the real one adds the
-transforms' arithmetic, the MMAs, y's scattered stores and more than one read of each region byte.
+So its time is a floor for a kernel of that design on that geometry built on this data path: the
+real one adds the transforms' arithmetic, the MMAs, y's scattered stores and more than one read
+of each region byte (a different data path could move the same bytes faster; none can move them
+faster than the shared memory's peak). H100, stop 43: 0.26-0.52x cuDNN's time on every wide
+layer and geometry (docs/BENCHMARKS.md).
 x is read from a buffer already in the kernel's region layout ([tile block][channel][region
 bytes]), as a tensor map or a layout pass would give it; the region bytes and what the input
 and U reads saw are checked against numpy (a per-CTA xor of every 16-byte word).
@@ -371,44 +374,6 @@ ABLATIONS = {
 }
 
 
-#: The calibration: how fast an SM's threads read its shared memory in 16-byte words (4 blocks
-#: an SM of 512 threads, each thread reading 4 words of a 32 KiB buffer PASSES times).
-RATE_SOURCE = r"""
-extern "C" __global__ void __launch_bounds__(512) shared_rate(unsigned* sink, int passes) {
-  __shared__ uint4 buf[2048];
-  for (int w = threadIdx.x; w < 2048; w += 512) buf[w] = make_uint4(w, w, w, w);
-  __syncthreads();
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  const int w = threadIdx.x;
-  for (int p = 0; p < passes; ++p) {
-    const int o = w + (p & 3) * 128;  // a new word each pass: no load leaves the loop
-    uint4 x0 = buf[o & 2047], x1 = buf[(o + 512) & 2047], x2 = buf[(o + 1024) & 2047],
-          x3 = buf[(o + 1536) & 2047];
-    a ^= x0.x ^ x0.w ^ p; b ^= x1.y ^ x1.z; c ^= x2.x ^ x2.z; d ^= x3.y ^ x3.w;
-  }
-  if ((a ^ b ^ c ^ d) == 0x9e3779b9u) sink[0] = a;
-}
-"""
-RATE_BYTES, RATE_PASSES = 2048 * 16, 4000
-
-
-def shared_rate_tbs() -> float:
-    """Shared-memory read bandwidth of the whole GPU, TB/s (the calibration of ``RATE_SOURCE``)."""
-    import cupy
-
-    from wino.bench.timing import CupyGraphTimer, Settings
-
-    kernel = cupy.RawKernel(RATE_SOURCE, "shared_rate")
-    sink = cupy.zeros(1, dtype=cupy.uint32)
-    blocks = 4 * cupy.cuda.Device().attributes["MultiProcessorCount"]
-
-    def launch(s: int) -> None:
-        kernel((blocks,), (512,), (sink, cupy.int32(RATE_PASSES)))
-
-    us = CupyGraphTimer(Settings(3, 20)).time_us(launch)
-    return blocks * RATE_BYTES * RATE_PASSES / (us * 1e-6) / 1e12
-
-
 def source(g: Geometry, parts: int = ALL) -> str:
     return SOURCE.format(
         parts=parts,
@@ -554,7 +519,6 @@ def main(argv: list[str] | None = None) -> int:
     problems = problems_from(commands=args.lines)[0] if args.lines else wide_layers()
     problems = [replace(p, dtype=DType.FP16) for p in problems]
     shapes = [tuple(int(v) for v in pair.split(":")) for pair in args.geometry.split(",")]
-    print(f"shared memory read rate (calibration): {shared_rate_tbs():.1f} TB/s\n")
     print(
         "| layer | T | Kb | chunk x slots | CTAs | acc/thread | shared MB | L2 MB | skeleton us "
         "| shared TB/s | MMA floor us | cuDNN fp16 us | cuDNN / skeleton | reads checked |"
