@@ -56,7 +56,7 @@ def tile_cell(problem, tile, specs, tensors, cudnn_us: float) -> str:
     U = plan.transform_filter(w)
     backend = plan.backend()
     ws = backend.raw_workspace(plan, None, backend.context(x, None))
-    us = graph_us(lambda: plan.run(x, U=U, y=y, workspace=ws))
+    us = graph_us([lambda: plan.run(x, U=U, y=y, workspace=ws)])
     err = (y.permute(0, 3, 1, 2).float() - ref).abs().max().item() / ref.abs().max().item()
     bound = bound_for(tile, problem.dtype)
     return f"{tile} {us:6.1f} us x{cudnn_us / us:.3f} err {err:.1e}/{bound:.0e}"
@@ -71,7 +71,7 @@ def layer(problem, chosen: dict, dt) -> str:
     wc = w.permute(0, 3, 1, 2).contiguous(memory_format=torch.channels_last)
     ref = torch.nn.functional.conv2d(xc.float(), wc.float(), padding=(p.pad_h, p.pad_w))
     torch.backends.cudnn.benchmark = True
-    cudnn_us = graph_us(lambda: torch.nn.functional.conv2d(xc, wc, padding=(p.pad_h, p.pad_w)))
+    cudnn_us = graph_us([lambda: torch.nn.functional.conv2d(xc, wc, padding=(p.pad_h, p.pad_w))])
     cells = [f"{p.label():40} cuDNN {cudnn_us:6.1f}"]
     for tile in TILES:
         if (p, tile) in chosen:
