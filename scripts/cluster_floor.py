@@ -440,6 +440,11 @@ def _operands(g: Geometry, sets: int):
     return xrs, u
 
 
+def _sets(nbytes: int) -> int:
+    """Operand sets a timing rotates through so that they fill twice the L2 (50 MB)."""
+    return max(1, math.ceil(2 * 50e6 / nbytes))
+
+
 def time_floor(g: Geometry, workdir: Path, parts: int = ALL) -> tuple[float, bool]:
     """(us per launch, every CTA's reads saw exactly the bytes copied to it)."""
     import cupy
@@ -447,7 +452,7 @@ def time_floor(g: Geometry, workdir: Path, parts: int = ALL) -> tuple[float, boo
     from wino.bench.timing import CupyGraphTimer, Settings
 
     _module, kernel = _build(g, workdir, parts)
-    sets = max(1, math.ceil(2 * 50e6 / (g.tile_blocks * g.problem.C * g.region)))
+    sets = _sets(g.tile_blocks * g.problem.C * g.region)
     xrs, u = _operands(g, sets)
     y = cupy.empty(g.ctas * g.y_bytes // 4, dtype=cupy.uint32)
     seen = cupy.zeros(g.ctas, dtype=cupy.uint32)
@@ -463,39 +468,27 @@ def time_floor(g: Geometry, workdir: Path, parts: int = ALL) -> tuple[float, boo
 
 
 def cudnn_us(problem: Problem) -> float:
+    """cuDNN's fp16 time per call on channels_last tensors of ``problem``, timed as the other
+    GPU scripts time it (``gpu_chain_time.graph_us``: one graph of a call per operand set)."""
     import torch
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from gpu_chain_time import graph_us
+
     p = problem
-    sets = max(1, math.ceil(2 * 50e6 / (p.N * p.C * p.H * p.W * 2)))
+    x_bytes = p.N * p.C * p.H * p.W * 2
     xs = [
         torch.randn(p.N, p.C, p.H, p.W, device="cuda", dtype=torch.float16).to(
             memory_format=torch.channels_last
         )
-        for _ in range(sets)
+        for _ in range(_sets(x_bytes))
     ]
     w = torch.randn(p.K, p.C, 3, 3, device="cuda", dtype=torch.float16).to(
         memory_format=torch.channels_last
     )
     torch.backends.cudnn.benchmark = True
     conv = torch.nn.functional.conv2d
-    for x in xs:
-        conv(x, w, padding=1)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for x in xs:
-            conv(x, w, padding=1)
-    for _ in range(3):
-        graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(20):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / sets)
-    return sorted(times)[len(times) // 2]
+    return graph_us([lambda x=x: conv(x, w, padding=1) for x in xs])
 
 
 def wide_layers() -> list[Problem]:
