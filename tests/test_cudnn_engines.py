@@ -34,9 +34,10 @@ def test_the_log_gives_each_plan_its_notes(ce):
         "ConvFwd_eng0_k2=3": ("CUDNN_NUMERICAL_NOTE_TENSOR_CORE",),
     }
     # the plan's own name (get_plan_name_at_index) lacks the graph's tag
-    assert ce.notes_for("eng15_k5=1_k6=0_k7=1_k10=1", notes) == notes[
-        "ConvFwd_eng15_k5=1_k6=0_k7=1_k10=1"
-    ]
+    assert (
+        ce.notes_for("eng15_k5=1_k6=0_k7=1_k10=1", notes)
+        == notes["ConvFwd_eng15_k5=1_k6=0_k7=1_k10=1"]
+    )
     assert ce.notes_for("ConvFwd_eng0_k2=3", notes) == ("CUDNN_NUMERICAL_NOTE_TENSOR_CORE",)
     assert ce.notes_for("eng7_k2=1", notes) is None
     assert ce.plan_notes("no plans here") == {}
