@@ -40,26 +40,29 @@ PLAN_LINE = re.compile(r"EXECUTION_PLAN_DESCRIPTOR\s*:\s*(\S+?),\s*numeric_notes
 WINOGRAD = "CUDNN_NUMERICAL_NOTE_WINOGRAD"
 L2_BYTES = 50 * 2**20  # the H100's L2 (the H200's is 60 MB: two fills of 50 MiB cover it too)
 BATCHES, REPLAYS = 10, 10  # per plan: the median of 10 batches of 10 graph replays
+SLOW = 5.0  # a plan whose one eager call takes this many times the fastest plan's is not timed
 
 
 @dataclass(frozen=True)
 class Engine:
-    """One cuDNN plan on one layer: its name, notes, time (None: it did not build or run) and
-    error against the float32 reference."""
+    """One cuDNN plan on one layer: its name, notes (None: the log names none), time (None: it
+    did not build, run or pass, or was too slow to time: ``why`` says which) and error against
+    the float32 reference."""
 
     name: str
-    notes: tuple[str, ...]
+    notes: tuple[str, ...] | None
     us: float | None
     error: float | None = None
     why: str = ""
 
     @property
     def winograd(self) -> bool:
-        return WINOGRAD in self.notes
+        return WINOGRAD in (self.notes or ())
 
     @property
     def tile(self) -> str:
-        tiles = [n.rsplit("_", 1)[1] for n in self.notes if n.startswith(WINOGRAD + "_TILE_")]
+        prefix = WINOGRAD + "_TILE_"
+        tiles = [n.removeprefix(prefix) for n in self.notes or () if n.startswith(prefix)]
         return ",".join(tiles)
 
 
@@ -86,6 +89,13 @@ def notes_for(name: str, notes: dict[str, tuple[str, ...]]) -> tuple[str, ...] |
     return ends[0] if len(ends) == 1 else None
 
 
+def too_slow(eager_us: float, engines: list[Engine]) -> bool:
+    """Whether a plan whose one eager call took ``eager_us`` is past ``SLOW`` times the fastest
+    plan timed so far (the census skips its timing: it is not the fastest of anything)."""
+    best = fastest(engines)
+    return best is not None and eager_us > SLOW * best.us
+
+
 def fastest(engines: list[Engine], winograd: bool | None = None) -> Engine | None:
     """The fastest engine that ran (within the error check), of one kind (Winograd or not) or
     of any (``winograd`` None)."""
@@ -110,6 +120,13 @@ def table_line(label: str, dtype: str, torch_us: float, engines: list[Engine]) -
         wino_text = f"{wino.us:.1f} ({wino.tile or '?'})"
         ratio = f"{wino.us / best.us:.2f}x"
     return f"| {label} | {dtype} | {count} | {torch_us:.1f} | {best_text} | {wino_text} | {ratio} |"
+
+
+def engine_line(e: Engine) -> str:
+    """One plan's line of the listing: name, time and error (or why it has none), its kind."""
+    state = f"{e.us:8.1f} us, error {e.error:.1e}" if e.us is not None else e.why
+    kind = f"Winograd {e.tile}" if e.winograd else ("notes ?" if e.notes is None else "")
+    return f"    {e.name:60} {state:32} {kind}".rstrip()
 
 
 def operand_sets(p) -> int:
@@ -167,30 +184,32 @@ def census(p, budget_s: float, log_path: Path) -> tuple[float, list[Engine]]:
     for index in range(graph.get_execution_plan_count()):
         name = graph.get_plan_name_at_index(index)
         if time.monotonic() > deadline:
-            engines.append(Engine(name, (), None, why="budget"))
+            engines.append(Engine(name, None, None, why="budget"))
             continue
         try:
             graph.build_plan_at_index(index)
         except Exception as err:  # noqa: BLE001  (a plan the backend declines: record why)
-            engines.append(Engine(name, (), None, why=f"build: {str(err).splitlines()[0][:60]}"))
+            engines.append(Engine(name, None, None, why=f"build: {str(err).splitlines()[0][:60]}"))
             continue
         built.append((index, name))
     notes = plan_notes(log_path.read_text(errors="replace")) if log_path.exists() else {}
     for index, name in built:
         operands = (xs, wc, ys, ref)
-        engines.append(run_plan(graph, handle, (X, W, Y), index, name, notes, operands))
+        engines.append(run_plan(graph, handle, (X, W, Y), (index, name), notes, operands, engines))
     return torch_us, engines
 
 
-def run_plan(graph, handle, tensors, index, name, notes, operands) -> Engine:
-    """One built plan run on every operand set: its error on the first, its time per call."""
+def run_plan(graph, handle, tensors, plan, notes, operands, timed: list[Engine]) -> Engine:
+    """One built plan run on every operand set: its error on the first, its time per call
+    (not timed where one eager call is past ``SLOW`` times the fastest of ``timed``)."""
     import cudnn
     import torch
     from gpu_chain_time import graph_us
 
     X, W, Y = tensors
     xs, w, ys, ref = operands
-    plan_notes_ = notes_for(name, notes) or ()
+    index, name = plan
+    plan_notes_ = notes_for(name, notes)
     size = graph.get_workspace_size_plan_at_index(index)
     ws = torch.empty(max(size, 1), device="cuda", dtype=torch.uint8)
 
@@ -204,6 +223,15 @@ def run_plan(graph, handle, tensors, index, name, notes, operands) -> Engine:
         torch.cuda.synchronize()
         y = ys[0].permute(0, 3, 1, 2).float()
         error = ((y - ref).abs().max() / ref.abs().max()).item()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call(0)
+        end.record()
+        end.synchronize()
+        eager_us = start.elapsed_time(end) * 1e3
+        if too_slow(eager_us, timed):
+            why = f"slow: {eager_us:.0f} us eager, over {SLOW:g}x the fastest"
+            return Engine(name, plan_notes_, None, error, why=why)
         us = graph_us([lambda s=s: call(s) for s in range(len(xs))], BATCHES, REPLAYS)
     except Exception as err:  # noqa: BLE001  (a plan that cannot run or be captured)
         return Engine(name, plan_notes_, None, why=f"run: {str(err).splitlines()[0][:60]}")
@@ -238,9 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             lines.append(table_line(p.label(), dtype.short, torch_us, engines))
             print(lines[-1], flush=True)
             for e in sorted(engines, key=lambda e: (e.us is None, e.us or 0)):
-                state = f"{e.us:8.1f} us, error {e.error:.1e}" if e.us is not None else e.why
-                kind = f"Winograd {e.tile}" if e.winograd else ("" if e.notes else "notes ?")
-                print(f"    {e.name:60} {state:32} {kind}")
+                print(engine_line(e))
             skipped += [e for e in engines if e.us is None]
     if not plan_notes(log.read_text(errors="replace") if log.exists() else ""):
         print(f"no plan notes in the frontend's log {log}; its first lines:")
@@ -248,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
             "\n".join((log.read_text(errors="replace") if log.exists() else "").splitlines()[:20])
         )
     print("\n".join(lines))
-    print(f"{len(skipped)} plan(s) did not run (listed per layer above)")
+    print(
+        f"{len(skipped)} plan(s) not timed (each layer lists why: build, run, error, slow, budget)"
+    )
     return 0
 
 

@@ -87,3 +87,20 @@ def test_operand_sets_fill_twice_the_l2(ce):
     assert ce.operand_sets(small) == -(-2 * ce.L2_BYTES // per_set)
     assert ce.operand_sets(small) * per_set >= 2 * ce.L2_BYTES
     assert ce.operand_sets(big) == 1
+
+
+def test_a_plan_past_slow_times_the_fastest_is_not_timed(ce):
+    timed = [ce.Engine("a", (), 10.0), ce.Engine("b", (), None, why="build: declined")]
+    assert not ce.too_slow(ce.SLOW * 10.0, timed)
+    assert ce.too_slow(ce.SLOW * 10.0 + 0.1, timed)
+    assert not ce.too_slow(1e9, [])  # the first plan is always timed
+    assert not ce.too_slow(1e9, [ce.Engine("b", (), None)])
+
+
+def test_the_listing_says_winograd_unknown_notes_or_why_untimed(ce):
+    w = ("CUDNN_NUMERICAL_NOTE_WINOGRAD", "CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6")
+    assert ce.engine_line(ce.Engine("w", w, 12.25, 1e-3)).split()[-2:] == ["Winograd", "6x6"]
+    assert ce.engine_line(ce.Engine("g", (), 12.25, 1e-3)).endswith("12.2 us, error 1.0e-03")
+    unknown = ce.engine_line(ce.Engine("u", None, None, why="budget"))
+    assert unknown.split()[1:] == ["budget", "notes", "?"]
+    assert not ce.Engine("u", None, None).winograd and ce.Engine("u", None, None).tile == ""
