@@ -149,11 +149,11 @@ def census(p, budget_s: float, log_path: Path) -> tuple[float, list[Engine]]:
     w = torch.randn(p.K, p.R, p.S, p.C, device="cuda").to(dt)
     xc = [x.permute(0, 3, 1, 2) for x in xs]
     wc = w.permute(0, 3, 1, 2)
-    pad, dil = (p.pad_h, p.pad_w), (p.dil_h, p.dil_w)
+    pad, dil, stride = (p.pad_h, p.pad_w), (p.dil_h, p.dil_w), (p.stride_h, p.stride_w)
     conv = torch.nn.functional.conv2d
     torch.backends.cudnn.benchmark = True
-    torch_us = graph_us([lambda s=s: conv(xc[s], wc, None, 1, pad, dil) for s in range(sets)])
-    ref = conv(xc[0].float(), wc.float(), None, 1, pad, dil)
+    torch_us = graph_us([lambda s=s: conv(xc[s], wc, None, stride, pad, dil) for s in range(sets)])
+    ref = conv(xc[0].float(), wc.float(), None, stride, pad, dil)
 
     handle = cudnn.create_handle()
     graph = cudnn.pygraph(
@@ -169,7 +169,7 @@ def census(p, budget_s: float, log_path: Path) -> tuple[float, list[Engine]]:
         weight=W,
         pre_padding=list(pad),
         post_padding=list(pad),
-        stride=[1, 1],
+        stride=list(stride),
         dilation=list(dil),
         compute_data_type=cudnn.data_type.FLOAT,
     )
