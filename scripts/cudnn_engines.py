@@ -38,7 +38,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 #: One execution plan in the frontend's log: its name (tag) and its numerical notes.
 PLAN_LINE = re.compile(r"EXECUTION_PLAN_DESCRIPTOR\s*:\s*(\S+?),\s*numeric_notes:\s*\[([^\]]*)\]")
 WINOGRAD = "CUDNN_NUMERICAL_NOTE_WINOGRAD"
-L2_BYTES = 50 * 2**20  # the H100's L2 (the H200's is 60 MB: two fills of 50 MiB cover it too)
 BATCHES, REPLAYS = 10, 10  # per plan: the median of 10 batches of 10 graph replays
 SLOW = 5.0  # a plan whose one eager call takes this many times the fastest plan's is not timed
 
@@ -85,7 +84,7 @@ def notes_for(name: str, notes: dict[str, tuple[str, ...]]) -> tuple[str, ...] |
     ends with it (the log prefixes the operation graph's tag); None when there is none."""
     if name in notes:
         return notes[name]
-    ends = [v for k, v in notes.items() if k.endswith("_" + name) or k.endswith(name)]
+    ends = [v for k, v in notes.items() if k.endswith(name)]
     return ends[0] if len(ends) == 1 else None
 
 
@@ -129,17 +128,13 @@ def engine_line(e: Engine) -> str:
     return f"    {e.name:60} {state:32} {kind}".rstrip()
 
 
-def operand_sets(p) -> int:
-    """Operand sets so that the sets fill twice the L2 (no call finds its x there)."""
-    per_set = (p.N * p.H * p.W * p.C + p.N * p.Ho * p.Wo * p.K) * p.dtype.itemsize
-    return max(1, math.ceil(2 * L2_BYTES / per_set))
-
-
 def census(p, budget_s: float, log_path: Path) -> tuple[float, list[Engine]]:
     """(torch's cuDNN us, every plan's Engine) of one layer, on the GPU."""
     import cudnn
     import torch
     from gpu_chain_time import graph_us
+
+    from wino.bench.cuda import operand_sets  # the bench's rule: sets filling twice the L2
 
     dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[p.dtype.short]
     cdt = {"fp16": cudnn.data_type.HALF, "bf16": cudnn.data_type.BFLOAT16}[p.dtype.short]
@@ -268,11 +263,10 @@ def main(argv: list[str] | None = None) -> int:
             for e in sorted(engines, key=lambda e: (e.us is None, e.us or 0)):
                 print(engine_line(e))
             skipped += [e for e in engines if e.us is None]
-    if not plan_notes(log.read_text(errors="replace") if log.exists() else ""):
+    text = log.read_text(errors="replace") if log.exists() else ""
+    if not plan_notes(text):
         print(f"no plan notes in the frontend's log {log}; its first lines:")
-        print(
-            "\n".join((log.read_text(errors="replace") if log.exists() else "").splitlines()[:20])
-        )
+        print("\n".join(text.splitlines()[:20]))
     print("\n".join(lines))
     print(
         f"{len(skipped)} plan(s) not timed (each layer lists why: build, run, error, slow, budget)"

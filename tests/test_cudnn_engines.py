@@ -80,13 +80,15 @@ def test_the_table_line_gives_the_ratio_or_says_none_ran(ce):
     assert ce.HEADER.count("|") // 2 == line.count("|")  # header and separator rows: same width
 
 
-def test_operand_sets_fill_twice_the_l2(ce):
+def test_the_bench_s_operand_sets_which_the_census_rotates_fill_twice_the_l2():
+    from wino.bench.cuda import L2_BYTES, operand_sets
+
     small = Problem.from_miopen("convfp16 -n 16 -c 512 -H 14 -W 14 -k 512 -y 3 -x 3 -p 1 -q 1")
     big = Problem.from_miopen("convfp16 -n 16 -c 64 -H 224 -W 224 -k 64 -y 3 -x 3 -p 1 -q 1")
-    per_set = 2 * 16 * 14 * 14 * 1024
-    assert ce.operand_sets(small) == -(-2 * ce.L2_BYTES // per_set)
-    assert ce.operand_sets(small) * per_set >= 2 * ce.L2_BYTES
-    assert ce.operand_sets(big) == 1
+    per_set = 2 * (2 * 16 * 14 * 14 * 512 + 512 * 9 * 512)  # x, y and w in fp16
+    assert operand_sets(small) == -(-2 * L2_BYTES // per_set)
+    assert operand_sets(small) * per_set >= 2 * L2_BYTES
+    assert operand_sets(big) == 1
 
 
 def test_a_plan_past_slow_times_the_fastest_is_not_timed(ce):
