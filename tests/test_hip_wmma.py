@@ -74,7 +74,10 @@ def test_the_candidates_the_text_reads_hold_the_element():
 @pytest.mark.parametrize("spec", [CHUNKED, CHUNKED_BF16, HELD], ids=lambda s: s.name)
 def test_hip_renders_wmma_for_gfx11_and_the_scalar_form_elsewhere(spec):
     hip = render(spec, "hip")
-    gfx11, scalar = hip.split("#if defined(__GFX11__)\n", 1)[1].split("#else\n", 1)
+    gfx11, rest = hip.split("#if defined(__GFX11__)\n", 1)[1].split(
+        "#elif defined(__gfx942__)\n", 1
+    )
+    scalar = rest.split("#else\n", 1)[1]
     kind = "bf16" if spec.mdtype is DType.BF16 else "f16"
     assert f"__builtin_amdgcn_wmma_f32_16x16x16_{kind}_w32" in gfx11
     assert "__builtin_amdgcn_ds_bpermute" in gfx11

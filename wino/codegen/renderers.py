@@ -1152,14 +1152,15 @@ class HipRenderer(Renderer):
             "{ return (wino_h2){(_Float16)lo, (_Float16)hi}; }"
         )
 
-    # gfx11's WMMA (wave32) for the MMA primitives; gfx942 keeps the scalar form -------------
+    # gfx11's WMMA (wave32) and gfx942's MFMA (wave64) for the MMA primitives -----------------
     def mma_helper(self, dtype: DType, mt: int, nt: int) -> str:
         """On gfx11 (wave32, ``__GFX11__``): per 16-row tile i and pair jp of 8-channel tiles,
         one ``v_wmma_f32_16x16x16`` (lane l loads row l % 16 of A and column l % 16 of B, 16
         k values each; a pair past nt reads the last column: its results are dropped), the
-        16 x 16 result added into d in mma.sync's layout (``wino_wmma_add``). Elsewhere
-        (gfx942: wave64, where the template's 32-lane warps are half a wave) the scalar form.
-        Compile-only: no AMD GPU has run it."""
+        16 x 16 result added into d in mma.sync's layout (``wino_wmma_add``). On gfx942
+        (wave64: the template's 32-lane warp is half a wave) on the 16-block 4 x 4 x 4 MFMA,
+        whose blocks leave the two warps of a wave independent (``_mfma_warp_mma``); the
+        scalar form elsewhere. Compile-only: no AMD GPU has run it."""
         pairs = -(-nt // 2)
         wmma = (
             _wmma_prelude(dtype)
@@ -1178,13 +1179,14 @@ class HipRenderer(Renderer):
             f"      wino_wmma_add(d, {nt}, i, jp, wino_wmma(af[i], bf[jp]), lane);\n"
             "}\n"
         )
-        return _gfx11_or(wmma, super().mma_helper(dtype, mt, nt))
+        return _by_arch(wmma, _mfma_warp_mma(dtype, mt, nt), super().mma_helper(dtype, mt, nt))
 
     def mma_global_b_helper(self, dtype: DType, mt: int, nt: int) -> str:
         """On gfx11: per k16 half h, 16-row tile i and pair jp of 8-channel tiles, one WMMA
         (A: row l % 16 of the step's columns 16 h .. 16 h + 15; B: output channel 16 jp + l %
         16, input channels wino_kchan(16 h + k), zero past rows / cols), added into d in
-        mma.sync's layout; the scalar form elsewhere. Compile-only."""
+        mma.sync's layout; on gfx942 the 4 x 4 x 4 MFMA (``_mfma_warp_mma32``); the scalar
+        form elsewhere. Compile-only."""
         pairs = -(-nt // 2)
         wmma = (
             _wmma_prelude(dtype)
@@ -1210,7 +1212,8 @@ class HipRenderer(Renderer):
             "  }\n"
             "}\n"
         )
-        return _gfx11_or(wmma, super().mma_global_b_helper(dtype, mt, nt))
+        scalar = super().mma_global_b_helper(dtype, mt, nt)
+        return _by_arch(wmma, _mfma_warp_mma32(dtype, mt, nt), scalar)
 
 
 RENDERERS: dict[Target, type[Renderer]] = {
@@ -1263,9 +1266,116 @@ def _wmma_prelude(dtype: DType) -> str:
     )
 
 
-def _gfx11_or(wmma: str, scalar: str) -> str:
-    """The gfx11 WMMA text where the compiler targets gfx11, else the scalar form."""
-    return f"#if defined(__GFX11__)\n{wmma}#else\n{scalar}\n#endif"
+def _by_arch(wmma: str, mfma: str, scalar: str) -> str:
+    """gfx11's WMMA text where the compiler targets gfx11, gfx942's MFMA text there, else the
+    scalar form."""
+    return f"#if defined(__GFX11__)\n{wmma}#elif defined(__gfx942__)\n{mfma}#else\n{scalar}\n#endif"
+
+
+#: gfx942's ``v_mfma_f32_4x4x4_16b_{f16,bf16}`` (CDNA3; AMD's matrix instruction calculator,
+#: ``matrix_calculator.py --architecture cdna3 --instruction v_mfma_f32_4x4x4_16b_f16
+#: --register-layout``): sixteen independent 4 x 4 x 4 products, block b in lanes 4 b .. 4 b + 3
+#: of the wave64; lane 4 b + q holds row q of b's A (k = 0..3), column q of b's B and column q
+#: of b's D (rows 0..3 in its 4 result registers). So blocks 0-7 are the wave's first 32-lane
+#: warp and 8-15 its second: the two warps multiply independently, and the template's lane
+#: l = 4 g + t is lane q = t of block g. Block g takes rows g and g + 8 of the 16-row tiles i0
+#: and i1 (a pair; i0 twice for an odd mt's last tile) and, per 8-column tile j and parity par,
+#: the columns 2 t + par: so lane (g, t) receives exactly elements par and 2 + par of its
+#: mma.sync fragments of both tiles, and no lane moves (C expressions in g, t, i0, i1, j, par,
+#: m, nt, also valid Python, which tests/test_hip_mfma.py runs against the instruction's
+#: layout). Half the products are dropped when i1 == i0 (an odd mt).
+MFMA_A_ROW = "16 * (i0 + (t >> 1) * (i1 - i0)) + g + 8 * (t & 1)"
+MFMA_B_COL = "8 * j + 2 * t + par"
+MFMA_D_INDEX = "4 * ((i0 + (m >> 1) * (i1 - i0)) * nt + j) + 2 * (m & 1) + par"
+
+
+def _mfma_prelude(dtype: DType) -> str:
+    """gfx942's MFMA operand types and ``wino_mfma_tile``: lane (g, t)'s four accumulators of
+    MFMA_D_INDEX (m < 4) through ``steps`` 4 x 4 x 4 MFMAs over the fragments af, bf (4 k values
+    each), written back where they are kept (m < 2 when i1 == i0)."""
+    ctype, name = {DType.FP16: ("_Float16", "4x4x4f16"), DType.BF16: ("short", "4x4x4bf16_1k")}[
+        dtype
+    ]
+    fn = HipRenderer.fn
+    return (
+        "#ifndef WINO_MFMA\n#define WINO_MFMA\n"
+        f"typedef {ctype} wino_mfma_in __attribute__((ext_vector_type(4)));\n"
+        "typedef float wino_mfma_acc __attribute__((ext_vector_type(4)));\n"
+        f"{fn} void wino_mfma_tile(float* d, int nt, int i0, int i1, int j, int par,"
+        " const wino_mfma_in* af, const wino_mfma_in* bf, int steps)\n{\n"
+        "  wino_mfma_acc c;\n"
+        "#pragma unroll\n"
+        f"  for (int m = 0; m < 4; ++m) c[m] = d[{MFMA_D_INDEX}];\n"
+        "#pragma unroll\n"
+        "  for (int s = 0; s < steps; ++s)\n"
+        f"    c = __builtin_amdgcn_mfma_f32_{name}(af[s], bf[s], c, 0, 0, 0);\n"
+        "#pragma unroll\n"
+        f"  for (int m = 0; m < (i1 > i0 ? 4 : 2); ++m) d[{MFMA_D_INDEX}] = c[m];\n"
+        "}\n#endif\n"
+    )
+
+
+def _mfma_pairs(mt: int, nt: int, rows: str, cols: str, steps: int) -> str:
+    """The loops both MFMA helpers share: per pair of 16-row tiles (i0, i1), lane (g, t)'s A
+    row ``rows`` (C statements filling af from row r), then per 8-column tile j and parity
+    ``cols`` (filling bf from column n) and ``wino_mfma_tile``."""
+    return (
+        "  const int g = (int)(lane >> 2), t = (int)(lane & 3u);\n"
+        "#pragma unroll\n"
+        f"  for (int i0 = 0; i0 < {mt}; i0 += 2) {{\n"
+        f"    const int i1 = i0 + 1 < {mt} ? i0 + 1 : i0, r = {MFMA_A_ROW};\n"
+        f"    wino_mfma_in af[{steps}], bf[{steps}];\n"
+        f"{rows}"
+        "#pragma unroll\n"
+        f"    for (int j = 0; j < {nt}; ++j)\n"
+        "#pragma unroll\n"
+        "      for (int par = 0; par < 2; ++par) {\n"
+        f"        const int n = {MFMA_B_COL};\n"
+        f"{cols}"
+        f"        wino_mfma_tile(d, {nt}, i0, i1, j, par, af, bf, {steps});\n"
+        "      }\n"
+        "  }\n}\n"
+    )
+
+
+def _mfma_warp_mma(dtype: DType, mt: int, nt: int) -> str:
+    """``wino_warp_mma`` on gfx942: one k16 step as 4 MFMAs per (tile pair, j, parity); lane
+    (g, t) loads its A row and B column (16 k values, 32 bytes each) straight from the tiles."""
+    return (
+        _mfma_prelude(dtype)
+        + f"{HipRenderer.fn} void wino_warp_mma(float* d, const unsigned short* a, int lda,"
+        " const unsigned short* b, int ldb, unsigned lane)\n{\n"
+        + _mfma_pairs(
+            mt,
+            nt,
+            "    __builtin_memcpy(af, a + r * lda, 32);\n",
+            "        __builtin_memcpy(bf, b + n * ldb, 32);\n",
+            4,
+        )
+    )
+
+
+def _mfma_warp_mma32(dtype: DType, mt: int, nt: int) -> str:
+    """``wino_warp_mma32`` on gfx942: one 32-channel step as 8 MFMAs per (tile pair, j,
+    parity), k running over U's channels c (contiguous in U's row n, zero past rows / cols)
+    and A's columns ``wino_kcol(c)`` (the column that pairs with channel c)."""
+    return (
+        _mfma_prelude(dtype)
+        + f"{HipRenderer.fn} void wino_warp_mma32(float* d, const unsigned short* a, int lda,"
+        " int c0, const unsigned short* u, int ldu, int rows, int cols, unsigned lane)\n{\n"
+        + _mfma_pairs(
+            mt,
+            nt,
+            "    unsigned short av[32];\n"
+            "    for (int c = 0; c < 32; ++c) av[c] = a[wino_vidx(r, c0 + wino_kcol(c), lda)];\n"
+            "    __builtin_memcpy(af, av, 64);\n",
+            "        unsigned short bv[32];\n"
+            "        for (int c = 0; c < 32; ++c)\n"
+            "          bv[c] = n < rows && c < cols ? u[n * ldu + c] : (unsigned short)0;\n"
+            "        __builtin_memcpy(bf, bv, 64);\n",
+            8,
+        )
+    )
 
 
 def _lane_sums(nt: int, kp: int, a: str, b: str, dst: str, indent: str) -> str:
