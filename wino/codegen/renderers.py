@@ -1227,7 +1227,7 @@ RENDERERS: dict[Target, type[Renderer]] = {
 #: block (AMD's RDNA3 WMMA layout). mma.sync's accumulator element e of 8-column tile jj (of
 #: a pair), lane l = 4 g + t: row g + 8 (e / 2), column 8 jj + 2 t + e % 2. So that element
 #: lies in WMMA lane WMMA_SRC_LANE, element WMMA_SRC_SLOT: C expressions (in g, t, jj, e),
-#: also valid Python, which tests/test_hip_wmma.py checks against both layouts.
+#: also valid Python, which tests/test_hip_mma.py checks against both layouts.
 WMMA_SRC_LANE = "8 * jj + 2 * t + (e & 1) + 16 * (g & 1)"
 WMMA_SRC_SLOT = "(g >> 1) + 4 * (e >> 1)"
 
@@ -1282,7 +1282,7 @@ def _by_arch(wmma: str, mfma: str, scalar: str) -> str:
 #: and i1 (a pair; i0 twice for an odd mt's last tile) and, per 8-column tile j and parity par,
 #: the columns 2 t + par: so lane (g, t) receives exactly elements par and 2 + par of its
 #: mma.sync fragments of both tiles, and no lane moves (C expressions in g, t, i0, i1, j, par,
-#: m, nt, also valid Python, which tests/test_hip_mfma.py runs against the instruction's
+#: m, nt, also valid Python, which tests/test_hip_mma.py runs against the instruction's
 #: layout). Half the products are dropped when i1 == i0 (an odd mt).
 MFMA_A_ROW = "16 * (i0 + (t >> 1) * (i1 - i0)) + g + 8 * (t & 1)"
 MFMA_B_COL = "8 * j + 2 * t + par"
