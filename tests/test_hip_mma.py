@@ -217,33 +217,41 @@ def test_hip_renders_mfma_for_gfx942_only(spec):
         assert "mfma" not in render(spec, target)
 
 
-LOCKSTEP = Path(__file__).parent / "native" / "mfma_lockstep.cpp"
+LOCKSTEP = Path(__file__).parent / "native" / "mma_lockstep.cpp"
+
+#: Per arch: the preprocessor line that opens its branch of the HIP MMA helpers, the branch's
+#: end, and its wave size.
+BRANCHES = {
+    "gfx942": ("#elif defined(__gfx942__)\n", "#else\n", 64),
+    "gfx11": ("#if defined(__GFX11__)\n", "#elif defined(__gfx942__)\n", 32),
+}
 
 
+@pytest.mark.parametrize("arch", sorted(BRANCHES))
 @pytest.mark.parametrize("dtype", [DType.FP16, DType.BF16], ids=lambda d: d.short)
 @pytest.mark.parametrize("mt, nt", [(1, 2), (2, 3), (3, 1)])
-@pytest.mark.parametrize(
-    "form",
-    ["chunked", "held", "held_bounds"],
-)
-def test_the_rendered_gfx942_helper_run_in_lockstep_on_the_host(dtype, mt, nt, form, tmp_path):
+@pytest.mark.parametrize("form", ["chunked", "held", "held_bounds"])
+def test_the_rendered_helper_run_in_lockstep_on_the_host(arch, dtype, mt, nt, form, tmp_path):
     """The helper's C text itself (not the expressions alone), built for the host with clang and
-    run by 64 threads as one wave64 against an emulated MFMA (tests/native/mfma_lockstep.cpp):
-    both warps' accumulators equal the exact sums, the held step's too where its output channels
-    and input channels end inside the step (``held_bounds``: rows 8 nt - 3, cols 21, c0 32)."""
+    run by one thread per lane of a wave against the emulated instructions
+    (tests/native/mma_lockstep.cpp): every warp's accumulators equal the exact sums, the held
+    step's too where its output and input channels end inside the step (``held_bounds``: rows
+    8 nt - 3, cols 21, c0 32)."""
     clang = shutil.which("clang++-19")
     if clang is None:
         pytest.skip("clang++-19 is not installed")
     held = form != "chunked"
     r = HipRenderer()
     helper = r.mma_global_b_helper(dtype, mt, nt) if held else r.mma_helper(dtype, mt, nt)
-    text = helper.split("#elif defined(__gfx942__)\n", 1)[1].split("#else\n", 1)[0]
+    opens, closes, wave = BRANCHES[arch]
+    text = helper.split(opens, 1)[1].split(closes, 1)[0]
     if held:
         text = r.held_layout_helpers() + "\n" + text
     (tmp_path / "helper.inc").write_text(text, encoding="utf-8")
     rows, cols, c0 = (8 * nt - 3, 21, 32) if form == "held_bounds" else (8 * nt, 32, 0)
-    macros = {"MT": mt, "NT": nt, "HELD": int(held), "BF16": int(dtype is DType.BF16)}
-    macros |= {"K": c0 + 32 if held else 16, "ROWS": rows, "COLS": cols, "C0": c0}
+    macros = {"WAVE": wave, "MT": mt, "NT": nt, "HELD": int(held)}
+    macros |= {"BF16": int(dtype is DType.BF16), "K": c0 + 32 if held else 16}
+    macros |= {"ROWS": rows, "COLS": cols, "C0": c0}
     binary = tmp_path / "lockstep"
     subprocess.run(
         [clang, "-std=c++20", "-O1", "-w", "-pthread", f"-I{tmp_path}"]

@@ -1236,7 +1236,10 @@ def _wmma_prelude(dtype: DType) -> str:
     """gfx11's WMMA operand types, the product of two 16 x 16 blocks, and ``wino_wmma_add``:
     the result added into d's accumulator tiles (i, 2 jp) and (i, 2 jp + 1) (the second only
     below nt) in mma.sync's layout, each element fetched from its WMMA lane by ds_bpermute
-    (four candidates: the element index differs between the lanes that read one source)."""
+    (four candidates: the element index differs between the lanes that read one source). The
+    element is read into a float before its bit cast: clang 19 compiles ``__builtin_bit_cast(int,
+    v[i])`` of an ext_vector element as element 0 whatever i is (stop 45: the lockstep test in
+    tests/test_hip_mma.py found it: every conversion had taken the source lane's register 0)."""
     kind = {DType.FP16: ("_Float16", "f16"), DType.BF16: ("short", "bf16")}[dtype]
     fn = HipRenderer.fn
     return (
@@ -1255,8 +1258,9 @@ def _wmma_prelude(dtype: DType) -> str:
         f"      const int src = {WMMA_SRC_LANE}, slot = {WMMA_SRC_SLOT};\n"
         "      float v = 0.0f;\n"
         "      for (int k = 0; k < 4; ++k) {\n"
+        "        const float ck = c[4 * (e >> 1) + k];  /* not bit_cast(c[...]): element 0 */\n"
         "        const int w = __builtin_amdgcn_ds_bpermute(src << 2,"
-        " __builtin_bit_cast(int, c[4 * (e >> 1) + k]));\n"
+        " __builtin_bit_cast(int, ck));\n"
         "        if (k == (slot & 3)) v = __builtin_bit_cast(float, w);\n"
         "      }\n"
         "      d[4 * (i * nt + 2 * jp + jj) + e] += v;\n"

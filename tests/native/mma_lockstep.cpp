@@ -1,10 +1,15 @@
-// The HIP target's gfx942 MMA helper, as rendered (helper.inc), run on the host by 64 threads in
-// lockstep, one per lane of a wave64, with v_mfma_f32_4x4x4_16b emulated at a barrier: each lane
-// deposits its operands, then reads its block's (block b in lanes 4 b .. 4 b + 3; lane 4 b + q holds
-// row q of A, column q of B and column q of D, rows in its 4 result registers). The two warps
-// of the wave multiply different tiles; every accumulator is checked against the exact sum.
-// Built by tests/test_hip_mma.py: -DMT -DNT (warp tile), -DHELD (wino_warp_mma32, else
-// wino_warp_mma), -DBF16, -DK (A and B columns), -DROWS -DCOLS -DC0 (the held step's bounds).
+// The HIP target's MMA helper for one AMD arch, as rendered (helper.inc), run on the host by one
+// thread per lane of a wave in lockstep, the wave-level instructions emulated at barriers (each
+// lane deposits its operands, then reads what the instruction gives it):
+//   gfx942 (WAVE 64, two 32-lane warps a wave): v_mfma_f32_4x4x4_16b, block b in lanes 4 b ..
+//     4 b + 3, lane 4 b + q holding row q of A, column q of B and column q of D (rows in its 4
+//     result registers; AMD's matrix instruction calculator, cdna3);
+//   gfx11 (WAVE 32): v_wmma_f32_16x16x16 (lane l supplies row l % 16 of A and column l % 16 of
+//     B, and holds column l % 16, rows 2 v + l / 16 of D) and ds_bpermute (lane l reads the
+//     value of lane addr / 4).
+// Every warp of the wave multiplies its own tiles; every accumulator is checked against the exact
+// sum. Built by tests/test_hip_mma.py: -DWAVE, -DMT -DNT (warp tile), -DHELD (wino_warp_mma32,
+// else wino_warp_mma), -DBF16, -DK (A and B columns), -DROWS -DCOLS -DC0 (the held step's bounds).
 #include <barrier>
 #include <type_traits>
 #include <cstdio>
@@ -13,14 +18,20 @@
 #include <vector>
 
 template <class In, class Acc> Acc emu_mfma(In a, In b, Acc c);
+template <class In, class Acc> Acc emu_wmma(In a, In b, Acc c);
+static int emu_bpermute(int addr, int value);
 #define __builtin_amdgcn_mfma_f32_4x4x4f16(a, b, c, x, y, z) emu_mfma(a, b, c)
 #define __builtin_amdgcn_mfma_f32_4x4x4bf16_1k(a, b, c, x, y, z) emu_mfma(a, b, c)
+#define __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(a, b, c) emu_wmma(a, b, c)
+#define __builtin_amdgcn_wmma_f32_16x16x16_bf16_w32(a, b, c) emu_wmma(a, b, c)
+#define __builtin_amdgcn_ds_bpermute(addr, value) emu_bpermute(addr, value)
 
 #include "helper.inc"
 
 static thread_local int hw_lane;
-static std::barrier<> wave(64);
-static float op_a[64][4], op_b[64][4], op_c[64][4];
+static std::barrier<> wave(WAVE);
+static float op_a[WAVE][16], op_b[WAVE][16], op_c[WAVE][8];
+static int op_v[WAVE];
 
 template <class E> static float widen(E v) {
   if constexpr (sizeof(E) == 2 && !std::is_same_v<E, _Float16>) {
@@ -50,6 +61,33 @@ template <class In, class Acc> Acc emu_mfma(In a, In b, Acc c) {
   }
   wave.arrive_and_wait();
   return d;
+}
+
+template <class In, class Acc> Acc emu_wmma(In a, In b, Acc c) {
+  const int l = hw_lane;
+  for (int k = 0; k < 16; ++k) {
+    op_a[l][k] = widen(a[k]);
+    op_b[l][k] = widen(b[k]);
+  }
+  for (int v = 0; v < 8; ++v) op_c[l][v] = c[v];
+  wave.arrive_and_wait();
+  Acc d;
+  for (int v = 0; v < 8; ++v) {  // lane l: column l % 16, row 2 v + l / 16
+    const int row = 2 * v + l / 16, col = l % 16;
+    float s = op_c[l][v];
+    for (int k = 0; k < 16; ++k) s += op_a[row][k] * op_b[col][k];
+    d[v] = s;
+  }
+  wave.arrive_and_wait();
+  return d;
+}
+
+static int emu_bpermute(int addr, int value) {
+  op_v[hw_lane] = value;
+  wave.arrive_and_wait();
+  const int got = op_v[(addr >> 2) & (WAVE - 1)];
+  wave.arrive_and_wait();
+  return got;
 }
 
 static unsigned short bits_of(float v) {
@@ -85,7 +123,7 @@ int main() {
     D0[w] = D[w];
   }
   std::vector<std::thread> lanes;
-  for (int hw = 0; hw < 64; ++hw)
+  for (int hw = 0; hw < WAVE; ++hw)
     lanes.emplace_back([&, hw] {
       hw_lane = hw;
       const int w = hw >> 5;
@@ -99,7 +137,7 @@ int main() {
     });
   for (auto& t : lanes) t.join();
   int bad = 0;
-  for (int w = 0; w < 2; ++w)
+  for (int w = 0; w < WAVE / 32; ++w)
     for (int lane = 0; lane < 32; ++lane)
       for (int i = 0; i < MT; ++i)
         for (int j = 0; j < NT; ++j)
