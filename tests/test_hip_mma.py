@@ -48,6 +48,26 @@ CHUNKED = next(s for s in FUSED if not s.hold and s.mdtype is DType.FP16)
 CHUNKED_BF16 = next(s for s in FUSED if not s.hold and s.mdtype is DType.BF16)
 HELD = next(s for s in FUSED if s.hold and not s.tcx)
 
+#: The renderer's arch branches of a HIP MMA helper (``_by_arch``): the line that opens each
+#: and the text that ends it.
+BRANCHES = {
+    "gfx11": ("#if defined(__GFX11__)\n", "#elif defined(__gfx942__)\n"),
+    "gfx942": ("#elif defined(__gfx942__)\n", "#else\n"),
+    "scalar": ("#else\n", "\n#endif"),
+}
+#: The wave size of each arch with a matrix instruction.
+WAVES = {"gfx11": 32, "gfx942": 64}
+
+
+def _branch(text: str, arch: str) -> str:
+    """The arch's branch of the (first) HIP MMA helper in ``text``."""
+    opens, closes = BRANCHES[arch]
+    return text.split(opens, 1)[1].split(closes, 1)[0]
+
+
+def _ev(expr: str, **names: int) -> int:
+    return eval(expr, {}, names)  # noqa: S307  (the renderer's own C text, also Python)
+
 
 def _mma_element(lane: int, jj: int, e: int) -> tuple[int, int]:
     """mma.sync: (row, column) within a 16 x 16 block of accumulator element e of 8-column
@@ -64,7 +84,7 @@ def _wmma_element(lane: int, v: int) -> tuple[int, int]:
 def _source(lane: int, jj: int, e: int) -> tuple[int, int]:
     """The renderer's C expressions, evaluated: where wino_wmma_add fetches the element."""
     names = {"g": lane >> 2, "t": lane & 3, "jj": jj, "e": e}
-    return eval(WMMA_SRC_LANE, {}, names), eval(WMMA_SRC_SLOT, {}, names)  # noqa: S307
+    return _ev(WMMA_SRC_LANE, **names), _ev(WMMA_SRC_SLOT, **names)
 
 
 def test_every_element_comes_from_the_wmma_lane_that_holds_it():
@@ -95,14 +115,11 @@ def test_the_candidates_the_text_reads_hold_the_element():
 @pytest.mark.parametrize("spec", [CHUNKED, CHUNKED_BF16, HELD], ids=lambda s: s.name)
 def test_hip_renders_wmma_for_gfx11_and_the_scalar_form_elsewhere(spec):
     hip = render(spec, "hip")
-    gfx11, rest = hip.split("#if defined(__GFX11__)\n", 1)[1].split(
-        "#elif defined(__gfx942__)\n", 1
-    )
-    scalar = rest.split("#else\n", 1)[1]
+    gfx11, scalar = _branch(hip, "gfx11"), _branch(hip, "scalar")
     kind = "bf16" if spec.mdtype is DType.BF16 else "f16"
     assert f"__builtin_amdgcn_wmma_f32_16x16x16_{kind}_w32" in gfx11
     assert "__builtin_amdgcn_ds_bpermute" in gfx11
-    assert "__builtin_amdgcn_wmma" not in scalar.split("#endif", 1)[0]
+    assert "__builtin_amdgcn_wmma" not in scalar
     assert "for (int q = 0; q < 32; ++q)" in scalar or "for (int k = 0; k < 16; ++k)" in scalar
     for target in ("cuda", "c"):
         assert "wmma" not in render(spec, target)
@@ -118,10 +135,6 @@ def _mfma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
         product = a[lanes] @ b[lanes].T  # [row m][column n]
         d[lanes] += product.T  # lane n: column n, rows in its registers
     return d
-
-
-def _ev(expr: str, **names: int) -> int:
-    return eval(expr, {}, names)  # noqa: S307  (the renderer's own C text, also Python)
 
 
 def _warp_mma(mt: int, nt: int, k: int, a: np.ndarray, b: np.ndarray, d: np.ndarray) -> None:
@@ -206,7 +219,7 @@ def test_the_held_step_pairs_u_s_channel_c_with_a_s_column_kcol_c():
 @pytest.mark.parametrize("spec", [CHUNKED, CHUNKED_BF16, HELD], ids=lambda s: s.name)
 def test_hip_renders_mfma_for_gfx942_only(spec):
     hip = render(spec, "hip")
-    mfma = hip.split("#elif defined(__gfx942__)\n", 1)[1].split("#else\n", 1)[0]
+    mfma = _branch(hip, "gfx942")
     name = "4x4x4bf16_1k" if spec.mdtype is DType.BF16 else "4x4x4f16"
     assert f"__builtin_amdgcn_mfma_f32_{name}(af[s], bf[s], c, 0, 0, 0)" in mfma
     for expr in (MFMA_A_ROW, MFMA_B_COL, MFMA_D_INDEX):
@@ -219,15 +232,8 @@ def test_hip_renders_mfma_for_gfx942_only(spec):
 
 LOCKSTEP = Path(__file__).parent / "native" / "mma_lockstep.cpp"
 
-#: Per arch: the preprocessor line that opens its branch of the HIP MMA helpers, the branch's
-#: end, and its wave size.
-BRANCHES = {
-    "gfx942": ("#elif defined(__gfx942__)\n", "#else\n", 64),
-    "gfx11": ("#if defined(__GFX11__)\n", "#elif defined(__gfx942__)\n", 32),
-}
 
-
-@pytest.mark.parametrize("arch", sorted(BRANCHES))
+@pytest.mark.parametrize("arch", sorted(WAVES))
 @pytest.mark.parametrize("dtype", [DType.FP16, DType.BF16], ids=lambda d: d.short)
 @pytest.mark.parametrize("mt, nt", [(1, 2), (2, 3), (3, 1)])
 @pytest.mark.parametrize("form", ["chunked", "held", "held_bounds"])
@@ -243,13 +249,12 @@ def test_the_rendered_helper_run_in_lockstep_on_the_host(arch, dtype, mt, nt, fo
     held = form != "chunked"
     r = HipRenderer()
     helper = r.mma_global_b_helper(dtype, mt, nt) if held else r.mma_helper(dtype, mt, nt)
-    opens, closes, wave = BRANCHES[arch]
-    text = helper.split(opens, 1)[1].split(closes, 1)[0]
+    text = _branch(helper, arch)
     if held:
         text = r.held_layout_helpers() + "\n" + text
     (tmp_path / "helper.inc").write_text(text, encoding="utf-8")
     rows, cols, c0 = (8 * nt - 3, 21, 32) if form == "held_bounds" else (8 * nt, 32, 0)
-    macros = {"WAVE": wave, "MT": mt, "NT": nt, "HELD": int(held)}
+    macros = {"WAVE": WAVES[arch], "MT": mt, "NT": nt, "HELD": int(held)}
     macros |= {"BF16": int(dtype is DType.BF16), "K": c0 + 32 if held else 16}
     macros |= {"ROWS": rows, "COLS": cols, "C0": c0}
     binary = tmp_path / "lockstep"
