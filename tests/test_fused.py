@@ -999,3 +999,98 @@ def test_tsfix_keeps_its_fixed_scale_inside_the_band(spec, tsfix_root):
     assert not np.array_equal(y.view(np.uint16), y_twin.view(np.uint16))
     ref = conv2d_reference(x, w, (problem.pad_h, problem.pad_w), (1, 1), 1)
     assert 0 < relative_error(y, ref) <= bound_for(spec.tile, spec.io, spec.mdtype)
+
+
+# Passes on their own warps (qsplit 1, off the grid) ----------------------------------------------
+#: The default held kernels (TSFIX's per-warp ones: hold 64 and 128, fp16 on pairs and bf16) with
+#: each pass of a bin on its own warp: 24 warps, 12 bins at a time (hold 64, two passes) or 6
+#: (hold 128, four passes).
+QSPLIT = tuple(s.replace(warps=24, qsplit=1) for s in TSFIX if not s.wgmma)
+
+
+def _one_warp_twin(spec: RtFusedSpec) -> RtFusedSpec:
+    """The grid's 18-warp kernel whose warps run every pass of their bins."""
+    return spec.replace(warps=18, qsplit=0)
+
+
+@pytest.fixture(scope="module")
+def qsplit_root(tmp_path_factory):
+    """The QSPLIT kernels and their one-warp twins."""
+    plans = (
+        (s, _problem(s.io, **fields))
+        for s in (*QSPLIT, *map(_one_warp_twin, QSPLIT))
+        for fields in (*(f for _, f in SHAPES), BAND_PROBLEM)
+    )
+    return _built(tmp_path_factory.mktemp("fused-qsplit-cache"), plans)
+
+
+def test_qsplit_budget_and_rules():
+    """One pass's accumulators a thread and nothing parked; a bin's passes on kblock / kpass
+    warps, warps x kpass / kblock bins at a time. Refused by rule id: a value other than 0 or
+    1, a kernel without passes or off the per-warp one-block schedule, warps that do not split
+    into whole bins at a time, or more bins at a time than named barriers."""
+    assert [(s.io, s.hold) for s in QSPLIT] == [
+        (DType.FP16, 64),
+        (DType.BF16, 64),
+        (DType.FP16, 128),
+        (DType.BF16, 128),
+    ]
+    b64, b128 = FusedBudget.of(QSPLIT[0]), FusedBudget.of(QSPLIT[2])
+    assert (b64.passes, b64.bins_per_warp, b64.acc_per_thread, b64.park_per_thread) == (2, 3, 32, 0)
+    assert (b128.passes, b128.bins_per_warp, b128.acc_per_thread, b128.park_per_thread) == (
+        4,
+        6,
+        16,
+        0,
+    )
+    twin = FusedBudget.of(_one_warp_twin(QSPLIT[0]))
+    assert (twin.passes, twin.bins_per_warp, twin.park_per_thread) == (1, 2, 16)
+    assert b64.smem_bytes == twin.smem_bytes and b64.min_blocks == 1  # 768 threads: 80 registers
+    assert all(spec_refusal(s, t) is None for s in QSPLIT for t in (Target.C, Target.CUDA))
+    spec = QSPLIT[0]
+    for changes, rule in [
+        (dict(qsplit=2), "fused_qsplit_invalid"),
+        (dict(kpass=0), "fused_qsplit_invalid"),
+        (dict(tsfix=0, tcx=1, xbits=32, warps=18), "fused_qsplit_invalid"),
+        (dict(tsfix=0, chain=2), "fused_qsplit_invalid"),
+        (dict(warps=18), None),  # 9 bins at a time, 4 each
+        (dict(warps=20), "fused_qsplit_slots"),  # 10 bins at a time do not split 36
+        (dict(warps=23), "fused_qsplit_slots"),  # not a whole number of bins at a time
+        (dict(tile=Tile(2, 2), warps=32), "fused_qsplit_slots"),  # 16 at a time: past 15 barriers
+        (dict(kpass=16), None),  # 4 passes: 6 bins at a time, 6 each
+        (dict(kpass=16, warps=28), "fused_qsplit_slots"),  # 7 bins at a time do not split 36
+    ]:
+        refusal = spec_refusal(spec.replace(**changes), Target.CUDA)
+        assert (refusal and refusal.rule) == rule, changes
+    assert spec_refusal(spec.replace(qsplit=0), Target.CUDA).rule == "fused_bins_not_even"
+
+
+def test_qsplit_renders_a_named_barrier_per_bin_and_no_parked_m():
+    """CUDA: the bin's warps meet at named barrier 1 + (warp mod bins at a time), of 32 x
+    passes threads, and no pass's M is parked; the host: a phase boundary there instead."""
+    for spec, slots, threads in ((QSPLIT[0], 12, 64), (QSPLIT[2], 6, 128)):
+        cuda, c = render(spec, "cuda"), render(spec, "c")
+        barrier = f'"bar.sync %0, {threads};" :: "r"(1 + (int)((tid >> 5) % {slots}u))'
+        assert cuda.count(barrier) == 1 and "asm" not in c
+        assert f"const unsigned a = (unsigned)j * {slots}u + warp % {slots}u;" in c
+        assert "park" not in cuda and "park" in render(_one_warp_twin(spec), "cuda")
+
+
+@pytest.mark.parametrize("spec", QSPLIT, ids=[s.name for s in QSPLIT])
+@pytest.mark.parametrize(
+    "shape_id, fields", [*SHAPES, ("band", BAND_PROBLEM)], ids=[i for i, _ in SHAPES] + ["band"]
+)
+def test_qsplit_gives_the_one_warp_kernels_bits(spec, shape_id, fields, qsplit_root):
+    """The same sums per pass, stored by the pass's own warp: y bit for bit the 18-warp
+    kernel's, over poisoned buffers (every output written), within the tile's bound of the
+    float64 reference. Odd extents, dilation, groups, no padding, two tile blocks an image."""
+    problem = _problem(spec.io, **fields)
+    plan = dispatch(problem, target="c", cache_root=qsplit_root, specs=_pipeline(spec, problem))
+    assert plan.steps[-1].name == spec.name
+    y, error = run_poisoned(plan, "qsplit" + shape_id)
+    assert 0 < error <= bound_for(spec.tile, spec.io, spec.mdtype)
+    twin = _one_warp_twin(spec)
+    twin_specs = _pipeline(twin, problem)
+    twin_plan = dispatch(problem, target="c", cache_root=qsplit_root, specs=twin_specs)
+    y_twin, _ = run_poisoned(twin_plan, "qsplit" + shape_id)
+    assert np.array_equal(y.view(np.uint16), y_twin.view(np.uint16))

@@ -180,6 +180,16 @@ SPEC_BREAKERS = {
         RtFusedSpec(kblock=64, cchunk=32, extra={"hold": 64, "kpass": 24}),
         "kpass 24: the held schedule's passes",
     ),
+    "fused_qsplit_invalid": (
+        RtFusedSpec(extra={"qsplit": 2}),
+        "qsplit 2: the held schedule's passes run each on its own warp (1) only where",
+    ),
+    "fused_qsplit_slots": (
+        RtFusedSpec(
+            tiles=32, kblock=64, cchunk=32, warps=20, extra={"hold": 64, "kpass": 32, "qsplit": 1}
+        ),
+        "qsplit 1: the 20 warps take the kblock / kpass = 64 / 32 passes",
+    ),
     "fused_wgmma_groups": (
         RtFusedSpec(tiles=32, kblock=64, cchunk=32, warps=20, extra={"hold": 64, "wgmma": 1}),
         "warps must be a multiple of 4 whose quarter divides the 36 bins (20 warps)",
@@ -324,6 +334,8 @@ SPEC_REPAIRS = {
     "fused_chain_needs_held": dict(extra={}),
     "fused_min_blocks_fit": dict(tiles=16, warps=9, extra={"hold": 64, "min_blocks": 2}),
     # the HIP grid's held kernel: F2x2, 16 tiles x 64 channels, 8 warps (37312 bytes)
+    "fused_qsplit_invalid": dict(extra={}),
+    "fused_qsplit_slots": dict(warps=24),
     "fused_wgmma_groups": dict(warps=16),
     "fused_wgmma_invalid": dict(extra={}),
     "fused_wgmma_needs_held64": dict(extra={"hold": 64, "wgmma": 1}),

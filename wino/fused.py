@@ -51,6 +51,9 @@ are one bin's tm x kb / 128, the A fragments (U) two 16-byte rows a 32-channel s
 Warps own whole bins and multiply them one after another, so the accumulators per thread are
 one bin's: tm x kb / 32, or with ``kpass`` (kb / kpass passes over the same V) one pass's,
 tm x kpass / 32, the earlier passes' M parked as fp16 pairs in registers until the last pass.
+With ``qsplit`` 1 each pass of a bin has its own warp (``passes`` = kb / kpass warps a bin, S =
+warps / passes bins at a time, bins / S each warp): one pass's accumulators a thread, none
+parked.
 """
 
 from __future__ import annotations
@@ -102,14 +105,19 @@ class FusedBudget:
     ring: int = 1  # tile tables (TABLE_RING with chain > 0)
     wgmma: int = 0  # held schedule: 1 runs each bin on a warpgroup's wgmma (axis wgmma)
     tmx_offset: int = 0  # tsfix > 0: bytes from the start of shared memory to Tmx (u32 a tile)
+    passes: int = 1  # held schedule: warps that share one bin, a pass each (axis qsplit 1)
 
     @classmethod
     def of(cls, spec: RtFusedSpec) -> FusedBudget:
         bins, tm, kb = spec.tile.bins, spec.tiles, spec.kblock
         hold = getattr(spec, "hold", 0)  # 0 where a grid does not declare the axis
         wgmma = getattr(spec, "wgmma", 0) if hold > 0 else 0
-        owners = spec.warps // WARPGROUP if wgmma else spec.warps  # of whole bins
-        per_warp = bins // owners if owners > 0 and bins % owners == 0 else 0
+        kpass = (getattr(spec, "kpass", 0) or kb) if hold > 0 and not wgmma else kb
+        qsplit = getattr(spec, "qsplit", 0) if hold > 0 and not wgmma and kb % kpass == 0 else 0
+        passes = kb // kpass if qsplit else 1  # warps sharing one bin (axis qsplit)
+        owners = spec.warps // WARPGROUP if wgmma else spec.warps // passes  # of whole bins
+        whole = spec.warps % passes == 0 and owners > 0 and bins % owners == 0
+        per_warp = bins // owners if whole else 0
         tcx = getattr(spec, "tcx", 0) if hold > 0 else 0
         chain = getattr(spec, "chain", 0) if hold > 0 else 0
         tpm = 0
@@ -118,7 +126,7 @@ class FusedBudget:
             xs, us, cols, ms_ld = bins * bin_ld, 0, kb, lda
             slot_ld = slot_elems = 0
             table = tpm = -(-xs * spec.mdtype.itemsize // 16) * 16
-            kpass, park = kb, 0
+            park = 0
             acc = tm * kb // (32 * WARPGROUP) if per_warp else 0
             regs = acc + 2 * 4 * (hold // STEP)  # two 16-byte U rows a 32-channel step
         elif hold > 0:  # V of every channel; one bin's accumulators and B fragments a thread
@@ -133,9 +141,8 @@ class FusedBudget:
             tpm = table
             if chain and spec.prescale is Prescale.FUSED:  # the partial maxima after V
                 table += tm * MAXIMA_PARTIALS * 4
-            kpass = getattr(spec, "kpass", 0) or kb
             acc = tm * kpass // 32 if per_warp else 0
-            park = (kb // kpass - 1) * acc // 2 if kb % kpass == 0 else 0
+            park = (kb // kpass - 1) * acc // 2 if kb % kpass == 0 and not qsplit else 0
             # a lane's 16-byte B loads of one 32-channel step, and its parked M pairs
             regs = acc + 4 * (kpass // MMA_N) + park
         else:
@@ -146,7 +153,7 @@ class FusedBudget:
             ms_ld = cols + MS_PAD
             table = -(-max(operand_bytes, bins * tm * ms_ld * 4) // 16) * 16
             acc = regs = per_warp * tm * kb // 32
-            kpass, park, bin_ld, slot_ld, slot_elems = kb, 0, 0, 0, 0
+            park, bin_ld, slot_ld, slot_elems = 0, 0, 0, 0
         ring = TABLE_RING if chain else 1
         smem = tfr = table + ring * -(-tm * TILE_BYTES // 16) * 16
         if tcx:  # after the tiles: 1 / fs of the block's channels (fp32 each)
@@ -181,6 +188,7 @@ class FusedBudget:
             ring=ring,
             wgmma=wgmma,
             tmx_offset=tmx,
+            passes=passes,
         )
 
 

@@ -332,6 +332,13 @@ class Renderer:
         before it, its threads see after it (the emulation: a phase boundary)."""
         return self.warp_barrier()
 
+    def slot_barrier(self, slot: str, threads: int) -> str:
+        """Between two phases of the ``threads`` threads that share ``slot`` (axis qsplit: a
+        bin's warps, a pass each): what they did before it, they see after it. Here the
+        block's barrier, which every thread reaches (the bins loop is uniform); the emulation:
+        a phase boundary."""
+        return self.barrier()
+
     def async_proxy_fence(self) -> str:
         """After a thread's shared-memory stores that a later asynchronous MMA reads (CUDA:
         the generic-to-async proxy fence; nothing elsewhere)."""
@@ -848,6 +855,11 @@ class CudaRenderer(Renderer):
     def group_barrier(self) -> str:
         """The warpgroup's named barrier (1 + its index: 0 is __syncthreads'), 128 threads."""
         return '}\n  asm volatile("bar.sync %0, 128;" :: "r"(1 + (int)(tid >> 7)) : "memory");\n  {'
+
+    def slot_barrier(self, slot: str, threads: int) -> str:
+        """The slot's named barrier (1 + slot: 0 is __syncthreads'), ``threads`` threads."""
+        sync = f'asm volatile("bar.sync %0, {threads};" :: "r"(1 + (int)({slot})) : "memory");'
+        return "}\n  " + sync + "\n  {"
 
     def async_proxy_fence(self) -> str:
         return 'asm volatile("fence.proxy.async.shared::cta;" ::: "memory");'
