@@ -103,6 +103,7 @@ def test_the_repo_declares_its_axes_and_rejects_unknown():
         ("hold", ("kf",), 0),
         ("kpass", ("kf",), 0),
         ("qsplit", ("kf",), 0),
+        ("xstage", ("kf",), 0),
         ("tcx", ("kf",), 0),
         ("xbits", ("kf", "k2"), 32),
         ("obits", ("kf",), 32),

@@ -25,11 +25,12 @@ DODO = REPO / "dodo.py"
 STAGES = """\
 format: 1
 axes:  # the repo's: its refusals.yaml (copied below) reads stream, hold, kpass, qsplit, tcx,
-  # xbits, obits, chain, wgmma, tsfix, min_blocks
+  # xbits, obits, chain, wgmma, tsfix, min_blocks, xstage
   - {name: stream, stages: [k2], type: int, ctype: int, suffix: "s{}", default: 0}
   - {name: hold, stages: [kf], type: int, ctype: int, suffix: "h{}", default: 0}
   - {name: kpass, stages: [kf], type: int, ctype: int, suffix: "q{}", default: 0}
   - {name: qsplit, stages: [kf], type: int, ctype: int, suffix: "n{}", default: 0}
+  - {name: xstage, stages: [kf], type: int, ctype: int, suffix: "a{}", default: 0}
   - {name: tcx, stages: [kf], type: int, ctype: int, suffix: "t{}", default: 0}
   - {name: xbits, stages: [kf, k2], type: int, ctype: int, suffix: "x{}", default: 32}
   - {name: obits, stages: [kf], type: int, ctype: int, suffix: "o{}", default: 32}

@@ -1090,3 +1090,121 @@ def test_qsplit_gives_the_one_warp_kernels_bits(spec, shape_id, fields, qsplit_r
     kernel's, over poisoned buffers (every output written), within the tile's bound of the
     float64 reference. Odd extents, dilation, groups, no padding, two tile blocks an image."""
     _assert_the_twins_bits(spec, _one_warp_twin(spec), _problem(spec.io, **fields), qsplit_root)
+
+
+# Windows staged in V by async copies (xstage 1, off the grid) -----------------------------------
+#: The default held kernels (TSFIX's: hold 64 and 128, fp16 on pairs and bf16, and the 24-warp
+#: warpgroup-MMA one; the hold 128 qsplit picks) with every step's windows staged in V.
+XSTAGE = tuple(s.replace(xstage=1) for s in (*TSFIX, *(s for s in QSPLIT if s.hold == 128)))
+
+#: Shapes whose C and C/G are multiples of 8 (the staged path), besides SHAPES' c48_k40, g2_c32
+#: and BAND_PROBLEM: dilation, and for hold 128 four steps with a partial last (C/G 104).
+XSTAGE_SHAPES = [
+    *SHAPES,
+    ("band", BAND_PROBLEM),
+    ("dil2x3_c16", {"C": 16, "K": 11, "H": 17, "W": 19, "dil_h": 2, "dil_w": 3, "pad_h": 2}),
+    ("c104", {"C": 104, "K": 24, "H": 9, "W": 10}),
+]
+
+
+def _xstage_cases():
+    for spec in XSTAGE:
+        for shape_id, fields in XSTAGE_SHAPES:
+            if shape_id == "c104" and spec.hold < 104:
+                continue  # C/G past the hold: the pick moves to the chunked kernel
+            yield pytest.param(spec, shape_id, fields, id=f"{spec.name}-{shape_id}")
+
+
+@pytest.fixture(scope="module")
+def xstage_root(tmp_path_factory):
+    """The XSTAGE kernels and their xstage 0 twins."""
+    plans = (
+        (s, _problem(spec.io, **fields))
+        for spec, _, fields in (p.values for p in _xstage_cases())
+        for s in (spec, spec.replace(xstage=0))
+    )
+    return _built(tmp_path_factory.mktemp("fused-xstage-cache"), plans)
+
+
+def test_xstage_budget_and_rules():
+    """The same shared memory as the twin (the windows land in V's own columns). Refused by rule
+    id: a value other than 0 or 1, the schedules without the per-thread input transform of the
+    one-block held kernel, and blocks with fewer threads than a step's (tile, channel pair)s."""
+    assert [(s.io, s.hold, s.warps, s.wgmma, s.qsplit) for s in XSTAGE] == [
+        (DType.FP16, 64, 18, 0, 0),
+        (DType.BF16, 64, 18, 0, 0),
+        (DType.FP16, 128, 18, 0, 0),
+        (DType.BF16, 128, 18, 0, 0),
+        (DType.FP16, 64, 24, 1, 0),
+        (DType.FP16, 128, 24, 0, 1),
+        (DType.BF16, 128, 24, 0, 1),
+    ]
+    for spec in XSTAGE:
+        assert FusedBudget.of(spec) == FusedBudget.of(spec.replace(xstage=0))
+    assert all(spec_refusal(s, t) is None for s in XSTAGE for t in (Target.C, Target.CUDA))
+    spec, fp32_arith = XSTAGE[0], XSTAGE[0].replace(xbits=32, tsfix=0)
+    chunked = next(s for s in FUSED if not s.hold and s.tile == Tile(4, 4) and s.io is DType.FP16)
+    for base, changes, rule in [
+        (spec, dict(xstage=2), "fused_xstage_invalid"),
+        (spec, dict(xstage=-1), "fused_xstage_invalid"),
+        (fp32_arith, dict(tcx=1), "fused_xstage_invalid"),
+        (fp32_arith, dict(chain=2), "fused_xstage_invalid"),
+        (chunked, dict(xstage=1), "fused_xstage_invalid"),
+        (spec, dict(warps=12), "fused_xstage_items"),  # 384 threads, 512 (tile, pair)s a step
+        (spec, dict(warps=12, tiles=16), None),
+        (spec, dict(tsfix=0), None),
+        (spec, dict(tsfix=0, prescale=Prescale.SPLIT), None),
+    ]:
+        refusal = spec_refusal(base.replace(**changes), Target.CUDA)
+        assert (refusal and refusal.rule) == rule, changes
+
+
+def test_xstage_renders_async_copies_into_v_and_a_wait_a_step():
+    """CUDA: 16-byte cp.async of each step's windows into V's step columns in channel order, a
+    commit group a step, then per step a wait leaving the later steps' groups in flight, the
+    block's barrier, the reads, the warp's barrier, the bins in wino_kcol's order; the fallback
+    (C or C/G not a multiple of 8) is the twin's loads. The host: plain copies, no asm, the
+    window carried across the warp's barrier in the thread's own xraw."""
+    for spec, steps in ((XSTAGE[0], 2), (XSTAGE[2], 4)):
+        cuda, c = render(spec, "cuda"), render(spec, "c")
+        tm, lda = spec.tiles, FusedBudget.of(spec).lda
+        copy = f"wino_cp_async16(Vs + wino_vidx(q * {tm} + pl, c0 + h8, {lda}), src, valid);"
+        # the fast pass at the fixed tile scale only: the redo (band_redo) loads from x
+        assert cuda.count(copy) == 1 and c.count(copy) == 1
+        assert "cp.async.cg.shared.global [%0], [%1], 16, %2;" in cuda
+        waits = [f'asm volatile("cp.async.wait_group {n};" ::: "memory");' for n in range(steps)]
+        # (wait_group 0 is also wino_cp_async_wait's, the helper's)
+        assert [cuda.count(w) for w in waits] == [2] + [1] * (steps - 1)
+        assert "cp.async.wait_group" not in c
+        read = f"raw[k] = *(const unsigned*)(Vs + wino_vidx(k * {tm} + pl, {32 * (steps - 1)} + cl"
+        assert cuda.count(read) == 1 and c.count(read) == 1
+        assert "unsigned* const raw = xraw[tid];" in c and "unsigned xraw[36];" in cuda
+        assert "if (((A.C | A.Cg) & 7) == 0 && ((unsigned long long)x & 15u) == 0) {" in cuda
+        twin = render(spec.replace(xstage=0), "cuda")
+        assert "cp.async" not in twin and "xraw" not in twin
+
+
+@pytest.mark.parametrize("spec, shape_id, fields", list(_xstage_cases()))
+def test_xstage_gives_the_twins_bits(spec, shape_id, fields, xstage_root):
+    """The windows staged in V (C and C/G multiples of 8) or loaded as the twin loads them (the
+    rest), the same sums: y bit for bit the xstage 0 kernel's, over poisoned buffers (every
+    output written), within the tile's bound of the float64 reference. Odd extents, partial
+    steps, dilation, groups, no padding, two tile blocks an image, four steps at hold 128."""
+    _assert_the_twins_bits(spec, spec.replace(xstage=0), _problem(spec.io, **fields), xstage_root)
+
+
+@pytest.mark.parametrize("kind", ["past", "wide"])
+@pytest.mark.parametrize("spec", XSTAGE[:4], ids=[s.name for s in XSTAGE[:4]])
+def test_xstage_redo_gives_the_twins_bits(spec, kind, xstage_root):
+    """Tiles past the band: after the staged fast pass the block loads its windows from x again
+    (the fast pass overwrote them in V) and transforms them at the own scales: y is the xstage 0
+    kernel's bit for bit, Inf and NaN included."""
+    problem = _problem(spec.io, **BAND_PROBLEM)
+    x = _band_data(kind, problem)
+    w = _rng("xstage-w-" + kind).standard_normal((problem.K, 3, 3, problem.Cg)).astype(x.dtype)
+    y, y_twin = (
+        dispatch(problem, target="c", cache_root=xstage_root, specs=_pipeline(s, problem)).run(x, w)
+        for s in (spec, spec.replace(xstage=0))
+    )
+    assert np.array_equal(y.view(np.uint16), y_twin.view(np.uint16))
+    assert np.isfinite(y.astype(np.float32)).mean() > 0.5

@@ -190,6 +190,14 @@ SPEC_BREAKERS = {
         ),
         "qsplit 1: the 20 warps take the kblock / kpass = 64 / 32 passes",
     ),
+    "fused_xstage_invalid": (
+        RtFusedSpec(extra={"xstage": 2}),
+        "xstage 2: the windows staged in V by async copies (1) serve",
+    ),
+    "fused_xstage_items": (
+        RtFusedSpec(tiles=32, kblock=64, cchunk=32, warps=12, extra={"hold": 64, "xstage": 1}),
+        "xstage 1: a thread takes at most one (tile, channel pair) of a 32-channel step, 32 tiles",
+    ),
     "fused_wgmma_groups": (
         RtFusedSpec(tiles=32, kblock=64, cchunk=32, warps=20, extra={"hold": 64, "wgmma": 1}),
         "warps must be a multiple of 4 whose quarter divides the 36 bins (20 warps)",
@@ -336,6 +344,8 @@ SPEC_REPAIRS = {
     # the HIP grid's held kernel: F2x2, 16 tiles x 64 channels, 8 warps (37312 bytes)
     "fused_qsplit_invalid": dict(extra={}),
     "fused_qsplit_slots": dict(warps=24),
+    "fused_xstage_invalid": dict(extra={}),
+    "fused_xstage_items": dict(tiles=16),
     "fused_wgmma_groups": dict(warps=16),
     "fused_wgmma_invalid": dict(extra={}),
     "fused_wgmma_needs_held64": dict(extra={"hold": 64, "wgmma": 1}),

@@ -479,6 +479,12 @@ class Renderer:
             f"{self.fn} void wino_cp_async_wait(void) {{}}"
         )
 
+    def async_wait_pending(self, pending: int) -> str:
+        """A statement that returns once at most ``pending`` of the calling thread's newest
+        commit groups of ``wino_cp_async16`` copies are still in flight (the older ones have
+        landed). Here the copies are plain stores, done at once: nothing to wait for."""
+        return f"/* the async copies: at most {pending} group(s) in flight (done at once here) */"
+
     # A prefetch into L2, and the SM count it is aimed by -------------------------------------
     def prefetch_helpers(self) -> str:
         """``wino_prefetch_l2(p)``: ask for the 128-byte line holding p in L2 (no value, no
@@ -1106,6 +1112,9 @@ class CudaRenderer(Renderer):
             f"{self.fn} void wino_cp_async_wait(void) "
             '{ asm volatile("cp.async.wait_group 0;" ::: "memory"); }'
         )
+
+    def async_wait_pending(self, pending: int) -> str:
+        return f'asm volatile("cp.async.wait_group {pending};" ::: "memory");'
 
 
 class HipRenderer(Renderer):
