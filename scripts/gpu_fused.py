@@ -85,6 +85,15 @@ FUSED = tuple(
     )
 )
 
+#: The default held kernels at the fixed tile scale (hold 64 and 128, 18 warps, and the hold 128
+#: qsplit picks) with every step's windows staged in V by async copies (axis xstage 1, off the
+#: grid).
+FUSED += tuple(
+    s.replace(xstage=1)
+    for s in FUSED
+    if s.tsfix and s.kpass and not s.wgmma and (s.warps == 18 or (s.qsplit and s.hold == 128))
+)
+
 #: The host tests' shapes (tests/test_fused.py): odd extents, C/G % 8 == 0 (async U copies),
 #: dilation, groups, no padding.
 SHAPES = [
