@@ -970,14 +970,15 @@ def _band_data(kind: str, problem: Problem) -> np.ndarray:
     return x.astype(numpy_dtype(p.dtype))
 
 
-def _band_runs(spec: RtFusedSpec, kind: str, root):
-    """(problem, x, w, y of spec, y of its tsfix 0 twin) on BAND_PROBLEM with _band_data(kind)."""
+def _band_runs(spec: RtFusedSpec, kind: str, root, twin: RtFusedSpec | None = None):
+    """(problem, x, w, y of spec, y of twin) on BAND_PROBLEM with _band_data(kind); the twin is
+    spec's tsfix 0 twin unless given."""
     problem = _problem(spec.io, **BAND_PROBLEM)
     x = _band_data(kind, problem)
     w = _rng("w-" + kind).standard_normal((problem.K, 3, 3, problem.Cg)).astype(x.dtype)
     y, y_twin = (
         dispatch(problem, target="c", cache_root=root, specs=_pipeline(s, problem)).run(x, w)
-        for s in (spec, spec.replace(tsfix=0))
+        for s in (spec, twin or spec.replace(tsfix=0))
     )
     return problem, x, w, y, y_twin
 
@@ -1199,12 +1200,6 @@ def test_xstage_redo_gives_the_twins_bits(spec, kind, xstage_root):
     """Tiles past the band: after the staged fast pass the block loads its windows from x again
     (the fast pass overwrote them in V) and transforms them at the own scales: y is the xstage 0
     kernel's bit for bit, Inf and NaN included."""
-    problem = _problem(spec.io, **BAND_PROBLEM)
-    x = _band_data(kind, problem)
-    w = _rng("xstage-w-" + kind).standard_normal((problem.K, 3, 3, problem.Cg)).astype(x.dtype)
-    y, y_twin = (
-        dispatch(problem, target="c", cache_root=xstage_root, specs=_pipeline(s, problem)).run(x, w)
-        for s in (spec, spec.replace(xstage=0))
-    )
+    _, _, _, y, y_twin = _band_runs(spec, kind, xstage_root, twin=spec.replace(xstage=0))
     assert np.array_equal(y.view(np.uint16), y_twin.view(np.uint16))
     assert np.isfinite(y.astype(np.float32)).mean() > 0.5
