@@ -94,6 +94,16 @@ FUSED += tuple(
     if s.tsfix and s.kpass and not s.wgmma and (s.warps == 18 or (s.qsplit and s.hold == 128))
 )
 
+#: The 16-tile two-pass kernels at two workgroups an SM (min_blocks 2) at the fixed tile scale,
+#: with and without the staged windows: one workgroup's copies and transforms can overlap the
+#: other's MMA.
+FUSED += tuple(
+    s.replace(tsfix=6, xstage=xstage)
+    for s in GRID_FUSED
+    if s.min_blocks == 2 and s.prescale is Prescale.FUSED and (s.xbits == 16 or s.io is DType.BF16)
+    for xstage in (0, 1)
+)
+
 #: The host tests' shapes (tests/test_fused.py): odd extents, C/G % 8 == 0 (async U copies),
 #: dilation, groups, no padding.
 SHAPES = [
