@@ -1096,13 +1096,20 @@ def test_qsplit_gives_the_one_warp_kernels_bits(spec, shape_id, fields, qsplit_r
 # Windows staged in V by async copies (xstage 1, off the grid) -----------------------------------
 #: The default held kernels (TSFIX's: hold 64 and 128, fp16 on pairs and bf16, and the 24-warp
 #: warpgroup-MMA one; the hold 128 qsplit picks) with every step's windows staged in V, and the
-#: 16-tile 9-warp kernel (two workgroups an SM) at the fixed tile scale with them.
-XSTAGE = tuple(
-    s.replace(xstage=1) for s in (*TSFIX, *(s for s in QSPLIT if s.hold == 128))
-) + tuple(
-    s.replace(tsfix=6, xstage=1)
-    for s in FUSED
-    if s.min_blocks == 2 and s.prescale is Prescale.FUSED and s.xbits == 16
+#: 16-tile 9-warp kernel (two workgroups an SM) at the fixed tile scale with them; and the F2x2
+#: held kernel with K2a's scales.
+XSTAGE = (
+    tuple(s.replace(xstage=1) for s in (*TSFIX, *(s for s in QSPLIT if s.hold == 128)))
+    + tuple(
+        s.replace(tsfix=6, xstage=1)
+        for s in FUSED
+        if s.min_blocks == 2 and s.prescale is Prescale.FUSED and s.xbits == 16
+    )
+    + tuple(  # F2x2 (4 x 4 windows) with K2a's tile scales: HIP's held kernel, 16 tiles x 8 warps
+        s.replace(xstage=1)
+        for s in FUSED
+        if s.tile == Tile(2, 2) and s.hold and s.tiles == 16 and s.io is DType.FP16
+    )
 )
 
 #: Shapes whose C and C/G are multiples of 8 (the staged path), besides SHAPES' c48_k40, g2_c32
@@ -1147,6 +1154,7 @@ def test_xstage_budget_and_rules():
         (DType.FP16, 128, 24, 0, 1),
         (DType.BF16, 128, 24, 0, 1),
         (DType.FP16, 64, 9, 0, 0),
+        (DType.FP16, 64, 8, 0, 0),
     ]
     for spec in XSTAGE:
         assert FusedBudget.of(spec) == FusedBudget.of(spec.replace(xstage=0))
