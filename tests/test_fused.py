@@ -9,6 +9,7 @@ choice and explain; refusals by rule id."""
 
 from __future__ import annotations
 
+import re
 import zlib
 from dataclasses import replace
 
@@ -1199,6 +1200,35 @@ def test_xstage_renders_async_copies_into_v_and_a_wait_a_step():
         assert "if (((A.C | A.Cg) & 7) == 0 && ((unsigned long long)x & 15u) == 0) {" in cuda
         twin = render(spec.replace(xstage=0), "cuda")
         assert "cp.async" not in twin and "xraw" not in twin
+
+
+def _c_int_expr(text: str) -> str:
+    """A C integer expression of the kernel text as Python (casts to int and u suffixes gone)."""
+    return re.sub(r"\b(\d+)u\b", r"\1", text.replace("(int)", "")).replace("wino_vidx", "vidx")
+
+
+@pytest.mark.parametrize("spec", XSTAGE, ids=[s.name for s in XSTAGE])
+def test_xstage_reads_hit_32_banks_a_warp(spec):
+    """The host text's own expressions (the thread's tile and channel pair, wino_vidx, the read's
+    address), evaluated for every warp and window position: a warp's 32 words lie in 32
+    distinct banks (its two half-warps' tiles 4 apart, rows 16 banks apart by V's pad or
+    swizzle), and the block's threads take each (tile, pair) of the step once."""
+    c = render(spec, "c")
+    pl_expr, cl_expr = re.search(r"const int pl = (8 \* .*?), cl = (.*?);", c).groups()
+    body = re.search(r"int wino_vidx\(int row, int col, int ld\)\n\{\n(?:.*\n)?  return (.*?);", c)
+    address = re.search(r"raw\[k\] = \*\(const unsigned\*\)\(Vs \+ (.*?)\);", c).group(1)
+    vidx = eval(f"lambda row, col, ld: {_c_int_expr(body.group(1))}")  # noqa: S307 (our own text)
+    items = set()
+    for warp in range(spec.tiles * 16 // 32):
+        lanes = [32 * warp + lane for lane in range(32)]
+        at = [{"tid": t, "vidx": vidx} for t in lanes]
+        for env in at:
+            env["pl"], env["cl"] = (eval(_c_int_expr(e), env) for e in (pl_expr, cl_expr))
+            items.add((env["pl"], env["cl"]))
+        for k in range(spec.tile.bins):
+            words = [eval(_c_int_expr(address), {**env, "k": k}) // 2 for env in at]
+            assert len({w % 32 for w in words}) == 32, (warp, k, words)
+    assert items == {(pl, cl) for pl in range(spec.tiles) for cl in range(0, 32, 2)}
 
 
 @pytest.mark.parametrize("spec, shape_id, fields", list(_xstage_cases()))
