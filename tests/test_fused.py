@@ -1177,58 +1177,79 @@ def test_xstage_budget_and_rules():
         assert (refusal and refusal.rule) == rule, changes
 
 
-def test_xstage_renders_async_copies_into_v_and_a_wait_a_step():
+def test_xstage_renders_async_copies_into_v_and_a_wait_a_round():
     """CUDA: 16-byte cp.async of each step's windows into V's step columns in channel order, a
-    commit group a step, then per step a wait leaving the later steps' groups in flight, the
-    block's barrier, the reads, the warp's barrier, the bins in wino_kcol's order; the fallback
-    (C or C/G not a multiple of 8) is the twin's loads. The host: plain copies, no asm, the
-    window carried across the warp's barrier in the thread's own xraw."""
-    for spec, steps in ((XSTAGE[0], 2), (XSTAGE[2], 4)):
+    commit group a step; then the steps in rounds of as many as the block has threads for
+    (tiles x 16 (tile, pair)s a step), each opening on a wait that leaves the later steps'
+    groups in flight and the block's barrier: the reads, the warp's barrier, the bins in
+    wino_kcol's order. The fallback (C or C/G not a multiple of 8) is the twin's loads. The
+    host: plain copies, no asm, the window carried across the warp's barrier in the thread's
+    own xraw."""
+    # (kernel, pending groups at each round's wait): hold 64 two steps, 512 of 576 threads each;
+    # hold 128 four steps at 16 tiles, 256 threads each: two steps a round at 18 warps, three at 24
+    for spec, pending in (
+        (XSTAGE[0], [1, 0]),
+        (XSTAGE[2], [2, 0]),
+        (XSTAGE[5], [1, 0]),
+    ):
         cuda, c = render(spec, "cuda"), render(spec, "c")
         tm, lda = spec.tiles, FusedBudget.of(spec).lda
         copy = f"wino_cp_async16(Vs + wino_vidx(q * {tm} + pl, c0 + h8, {lda}), src, valid);"
         # the fast pass at the fixed tile scale only: the redo (band_redo) loads from x
         assert cuda.count(copy) == 1 and c.count(copy) == 1
         assert "cp.async.cg.shared.global [%0], [%1], 16, %2;" in cuda
-        waits = [f'asm volatile("cp.async.wait_group {n};" ::: "memory");' for n in range(steps)]
-        # (wait_group 0 is also wino_cp_async_wait's, the helper's)
-        assert [cuda.count(w) for w in waits] == [2] + [1] * (steps - 1)
+        waits = re.findall(r'asm volatile\("cp.async.wait_group (\d+);" ::: "memory"\);\n', cuda)
+        assert [int(n) for n in waits] == pending  # (the helper's wait_group 0 ends in "}")
         assert "cp.async.wait_group" not in c
-        read = f"raw[k] = *(const unsigned*)(Vs + wino_vidx(k * {tm} + pl, {32 * (steps - 1)} + cl"
-        assert cuda.count(read) == 1 and c.count(read) == 1
+        assert len(re.findall(r"for \(int k = 0; k < 36; \+\+k\) raw\[k\] = \*", cuda)) == len(
+            pending
+        )
+        read = f"raw[k] = *(const unsigned*)(Vs + wino_vidx(k * {tm} + pl, c0 + cl, {lda}));"
+        assert read in c
         assert "unsigned* const raw = xraw[tid];" in c and "unsigned xraw[36];" in cuda
         assert "if (((A.C | A.Cg) & 7) == 0 && ((unsigned long long)x & 15u) == 0) {" in cuda
         twin = render(spec.replace(xstage=0), "cuda")
         assert "cp.async" not in twin and "xraw" not in twin
+    assert (XSTAGE[2].warps, XSTAGE[5].warps, XSTAGE[2].hold, XSTAGE[5].hold) == (18, 24, 128, 128)
 
 
 def _c_int_expr(text: str) -> str:
-    """A C integer expression of the kernel text as Python (casts to int and u suffixes gone)."""
-    return re.sub(r"\b(\d+)u\b", r"\1", text.replace("(int)", "")).replace("wino_vidx", "vidx")
+    """A C integer expression of the kernel text as Python (casts to int and u suffixes gone,
+    division on integers; every operand here is non-negative)."""
+    text = re.sub(r"\b(\d+)u\b", r"\1", text.replace("(int)", "")).replace(" / ", " // ")
+    return text.replace("wino_vidx", "vidx")
 
 
 @pytest.mark.parametrize("spec", XSTAGE, ids=[s.name for s in XSTAGE])
 def test_xstage_reads_hit_32_banks_a_warp(spec):
-    """The host text's own expressions (the thread's tile and channel pair, wino_vidx, the read's
-    address), evaluated for every warp and window position: a warp's 32 words lie in 32
-    distinct banks (its two half-warps' tiles 4 apart, rows 16 banks apart by V's pad or
-    swizzle), and the block's threads take each (tile, pair) of the step once."""
+    """The host text's own expressions (the thread's step, tile and channel pair, wino_vidx, the
+    read's address), evaluated for every warp of the first round and every window position: a
+    warp's 32 words lie in 32 distinct banks (its two half-warps' tiles 4 apart, rows 16 banks
+    apart by V's pad or swizzle), and the round's threads take each (step, tile, pair) once."""
     c = render(spec, "c")
+    e_expr, c0_expr = re.search(r"const int e = (.*?), c0 = (.*?);", c).groups()
     pl_expr, cl_expr = re.search(r"const int pl = (8 \* .*?), cl = (.*?);", c).groups()
     body = re.search(r"int wino_vidx\(int row, int col, int ld\)\n\{\n(?:.*\n)?  return (.*?);", c)
     address = re.search(r"raw\[k\] = \*\(const unsigned\*\)\(Vs \+ (.*?)\);", c).group(1)
     vidx = eval(f"lambda row, col, ld: {_c_int_expr(body.group(1))}")  # noqa: S307 (our own text)
+    steps = min(spec.hold // 32, spec.warps * 32 // (spec.tiles * 16))  # the first round's
     items = set()
-    for warp in range(spec.tiles * 16 // 32):
+    for warp in range(steps * spec.tiles * 16 // 32):
         lanes = [32 * warp + lane for lane in range(32)]
         at = [{"tid": t, "vidx": vidx} for t in lanes]
         for env in at:
-            env["pl"], env["cl"] = (eval(_c_int_expr(e), env) for e in (pl_expr, cl_expr))
-            items.add((env["pl"], env["cl"]))
+            env["e"], env["c0"] = (eval(_c_int_expr(x), env) for x in (e_expr, c0_expr))
+            env["pl"], env["cl"] = (eval(_c_int_expr(x), env) for x in (pl_expr, cl_expr))
+            items.add((env["c0"], env["pl"], env["cl"]))
         for k in range(spec.tile.bins):
             words = [eval(_c_int_expr(address), {**env, "k": k}) // 2 for env in at]
             assert len({w % 32 for w in words}) == 32, (warp, k, words)
-    assert items == {(pl, cl) for pl in range(spec.tiles) for cl in range(0, 32, 2)}
+    assert items == {
+        (32 * step, pl, cl)
+        for step in range(steps)
+        for pl in range(spec.tiles)
+        for cl in range(0, 32, 2)
+    }
 
 
 @pytest.mark.parametrize("spec, shape_id, fields", list(_xstage_cases()))
